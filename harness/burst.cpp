@@ -1,0 +1,141 @@
+#include "harness/burst.h"
+
+#include <chrono>
+#include <cstdlib>
+
+#include "harness/monitor.h"
+#include "scenarios/catalog.h"
+
+namespace spikehunt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::vector<NamedTensor> capture_state(Scenario& scenario) {
+  torch::NoGradGuard no_grad;
+  std::vector<NamedTensor> out;
+  for (const auto& p : scenario.model().named_parameters()) {
+    out.push_back({"model." + p.key(), p.value().detach().clone()});
+  }
+  for (const auto& b : scenario.model().named_buffers()) {
+    out.push_back({"model." + b.key(), b.value().detach().clone()});
+  }
+  for (const NamedTensor& s : scenario.optimizer_state()) {
+    out.push_back({"optim." + s.name, s.tensor.detach().clone()});
+  }
+  return out;
+}
+
+void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads, norms;
+  for (const torch::Tensor& p : params) {
+    if (p.grad().defined()) {
+      grads.push_back(p.grad());
+      norms.push_back(p.grad().norm(2));
+    }
+  }
+  if (grads.empty()) return;
+  const torch::Tensor total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2);
+  const torch::Tensor coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+  for (torch::Tensor& g : grads) g.mul_(coef);
+}
+
+namespace {
+
+// One optimizer step; `monitor` may be null (plain training).
+torch::Tensor train_step(Scenario& s, const Batch& b, Monitor* monitor) {
+  s.optimizer().zero_grad();
+  torch::Tensor out = s.forward(b.inputs, monitor ? monitor->tap() : Tap());
+  torch::Tensor loss = s.loss(out, b.targets);
+  if (monitor) monitor->after_loss(loss);
+  loss.backward();
+  if (monitor) monitor->after_backward();
+  if (s.grad_clip() > 0) clip_grad_norm(s.model().parameters(), s.grad_clip());
+  s.optimizer().step();
+  return loss;
+}
+
+}  // namespace
+
+BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstOptions& options) {
+  BurstResult result{Verdict{}, Trace(options.trace_capacity), std::nullopt, std::nullopt};
+  Verdict& v = result.verdict;
+  v.planned_steps = scenario.planned_steps();
+  const auto start = Clock::now();
+  std::optional<Monitor> monitor;
+  if (options.monitor) monitor.emplace(scenario, rules);
+  std::vector<NamedTensor> entering;  // state entering the current step, until the onset
+
+  try {
+    while (std::optional<Batch> batch = scenario.next_batch()) {
+      const auto t0 = Clock::now();
+      if (!monitor) {
+        train_step(scenario, *batch, nullptr);
+        ++v.steps_run;
+        continue;
+      }
+      if (options.keep_states && !v.onset_step) entering = capture_state(scenario);
+      monitor->begin_step(*batch);
+      train_step(scenario, *batch, &*monitor);
+      StepRecord r = monitor->finish_step();
+      r.step_ms = ms_since(t0);
+      ++v.steps_run;
+      v.hash_chain = monitor->hash_chain();
+
+      const bool bad = r.health != Health::kFinite;
+      if (bad && !v.onset_step) {
+        v.onset_step = r.step;
+        v.onset_rules = r.rules;
+        v.outcome = Outcome::kExtreme;
+        if (options.keep_states) {
+          result.last_healthy = StateSnapshot{r.step, std::move(entering)};
+          result.first_bad = StateSnapshot{r.step, capture_state(scenario)};
+        }
+      }
+      if (r.health == Health::kNonFinite) {
+        v.outcome = Outcome::kNonFinite;
+        v.failure_step = r.step;
+        v.fault = r.fault;
+        if (options.keep_states && r.step != result.first_bad->step) {
+          result.first_bad = StateSnapshot{r.step, capture_state(scenario)};
+        }
+      }
+      result.trace.push(r);
+      if (options.on_step) options.on_step(r);
+      if (r.health == Health::kNonFinite) break;
+      if (r.health == Health::kExtreme && rules.stop_at == StopAt::kExtreme) break;
+    }
+  } catch (const c10::Error& e) {
+    v.outcome = Outcome::kCrashed;
+    v.message = e.what_without_backtrace();
+  }
+  v.wall_seconds = ms_since(start) / 1000.0;
+  return result;
+}
+
+void configure_runtime(const TrainingConfig& config) {
+  at::set_num_threads(static_cast<int>(config.threads));
+  if (config.device == DeviceKind::kCuda) {
+    // cuBLAS reproducibility needs a fixed workspace, set before its first use.
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(false);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  }
+}
+
+BurstResult run_config(const TrainingConfig& config, const BurstOptions& options) {
+  configure_runtime(config);
+  std::unique_ptr<Scenario> scenario = make_scenario(config);
+  return run_burst(*scenario, config.health, options);
+}
+
+}  // namespace spikehunt

@@ -1,0 +1,57 @@
+// burst.h — runs a scenario's training steps under the monitor and returns
+// the verdict: healthy, extreme (finite but past a health rule), non_finite
+// (with the faulting tensor), or crashed (the training code threw).
+// The burst stops at the first non-finite step (or at the first extreme one
+// when health.stop_at is "extreme").
+// Example:
+//   BurstResult r = run_config(config, BurstOptions{});
+//   if (r.verdict.outcome == Outcome::kNonFinite) std::cout << r.verdict.fault->describe();
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "harness/record.h"
+#include "harness/trace.h"
+#include "scenarios/config.h"
+#include "scenarios/scenario.h"
+
+namespace spikehunt {
+
+struct BurstOptions {
+  bool monitor = true;       // false: plain training, no taps and no statistics
+  bool keep_states = false;  // keep the last healthy and first bad model+optimizer state
+  size_t trace_capacity = 1024;
+  std::function<void(const StepRecord&)> on_step;  // called after every monitored step
+};
+
+// Model parameters and buffers ("model.<name>") and optimizer state
+// ("optim.<param>.<buffer>"), copied on the training device.
+struct StateSnapshot {
+  int64_t step = 0;  // last_healthy: the state entering this step; first_bad: after it
+  std::vector<NamedTensor> tensors;
+};
+
+struct BurstResult {
+  Verdict verdict;
+  Trace trace;
+  std::optional<StateSnapshot> last_healthy;  // entering the onset step
+  std::optional<StateSnapshot> first_bad;     // after the failure step (or the onset step)
+};
+
+// Copies the scenario's model and optimizer state (no host sync).
+std::vector<NamedTensor> capture_state(Scenario& scenario);
+
+// Clips gradients to a global L2 norm like torch::nn::utils::clip_grad_norm_,
+// but without its host sync.
+void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
+BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstOptions& options);
+
+// Sets the thread count and determinism flags, builds the built-in scenario
+// and runs it.
+void configure_runtime(const TrainingConfig& config);
+BurstResult run_config(const TrainingConfig& config, const BurstOptions& options);
+
+}  // namespace spikehunt

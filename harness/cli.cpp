@@ -1,0 +1,212 @@
+#include "harness/cli.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "harness/burst.h"
+#include "harness/checkpoint.h"
+#include "harness/env.h"
+#include "harness/report.h"
+#include "harness/results.h"
+#include "harness/safetensors.h"
+#include "scenarios/catalog.h"
+#include "scenarios/files.h"
+#include "scenarios/models.h"
+
+namespace spikehunt {
+
+namespace {
+
+constexpr int kExitInternal = 3;
+
+std::string thousands(int64_t n) {
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(size_t(i), ",");
+  return s;
+}
+
+// ---- run ----
+
+struct RunArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string out = "results";
+  bool no_checkpoints = false;
+  bool print_config = false;
+};
+
+void print_header(const TrainingConfig& c, const std::string& source, Scenario& scenario,
+                  const Environment& env) {
+  std::cout << describe(env) << "\n";
+  std::cout << "config     " << source << "  name \"" << c.name << "\"  hash "
+            << config_hash(c).hex().substr(0, 16) << "\n";
+  std::cout << "  model    " << c.model.kind;
+  if (c.model.kind == "mlp") std::cout << " " << c.model.mlp_depth << "x" << c.model.mlp_width;
+  std::cout << " (" << thousands(parameter_count(scenario.model())) << " parameters), "
+            << describe_activation(c.activation) << "\n";
+  std::cout << "  train    " << describe_optimizer(c.optimizer) << ", batch " << c.batch_size
+            << ", grad clip " << (c.grad_clip > 0 ? fmt(c.grad_clip) : std::string("off")) << "\n";
+  std::cout << "  protocol " << describe_protocol(c.protocol);
+  if (c.max_batches_per_epoch > 0) std::cout << ", <=" << c.max_batches_per_epoch << " batches/epoch";
+  std::cout << " (" << scenario.planned_steps() << " steps)\n";
+  std::cout << "  data     " << (c.dataset.kind == DatasetKind::kSynthetic ? "synthetic" : c.dataset.path)
+            << "\n";
+  std::cout << "  seed     " << c.seed << "\n\n" << std::flush;
+}
+
+int run_verb(const RunArgs& a) {
+  const std::string source = a.config.empty() ? "<built-in default>" : a.config;
+  const TrainingConfig config = a.config.empty() ? default_config(a.sets) : load_config(a.config, a.sets);
+  if (a.print_config) {
+    std::cout << config_to_json(config).dump(2) << "\n";
+    return kExitOk;
+  }
+  configure_runtime(config);
+  const Environment env = environment(to_string(config.device), config.threads);
+  std::unique_ptr<Scenario> scenario = make_scenario(config);
+  print_header(config, source, *scenario, env);
+
+  RunDirectory dir(a.out, config);
+  save_config(config, dir.file("config.json"));
+  TraceWriter trace_writer(dir.file("trace.jsonl"));
+  const bool tty = ::isatty(STDERR_FILENO);
+  BurstOptions options;
+  options.keep_states = !a.no_checkpoints;
+  options.on_step = [&](const StepRecord& r) {
+    trace_writer.write(r);
+    if (tty) {
+      std::fprintf(stderr, "\r  step %lld/%lld  loss %-10s %-10s", static_cast<long long>(r.step + 1),
+                   static_cast<long long>(scenario->planned_steps()), fmt(r.loss).c_str(), to_string(r.health));
+    }
+  };
+  BurstResult result = run_burst(*scenario, config.health, options);
+  if (tty) std::fprintf(stderr, "\r%60s\r", "");
+  trace_writer.close();
+  const Verdict& v = result.verdict;
+
+  std::cout << story_table(result.trace, v) << "\n" << verdict_text(v, result.trace);
+
+  nlohmann::json verdict = to_json(v);
+  verdict["config_hash"] = config_hash(config).hex();
+  verdict["config_name"] = config.name;
+  verdict["environment"] = to_json(env);
+  write_file_atomic(dir.file("verdict.json"), verdict.dump(2) + "\n");
+  std::vector<std::string> files = {"config.json", "trace.jsonl", "verdict.json"};
+  auto save_state = [&](const std::optional<StateSnapshot>& s, const char* name, const char* meaning) {
+    if (!s) return;
+    write_checkpoint(dir.file(name), s->tensors,
+                     {{"spikehunt", kVersion},
+                      {"step", std::to_string(s->step)},
+                      {"state", meaning},
+                      {"config_hash", config_hash(config).hex()}});
+    files.push_back(name);
+  };
+  save_state(result.last_healthy, "last_healthy.safetensors", "entering the onset step");
+  save_state(result.first_bad, "first_bad.safetensors", "after the failure step");
+  const std::string path = dir.commit();
+  std::cout << "\nwrote " << path << "/ (";
+  for (size_t i = 0; i < files.size(); ++i) std::cout << (i ? ", " : "") << files[i];
+  std::cout << ")\n";
+  return v.outcome == Outcome::kHealthy ? kExitOk : kExitFinding;
+}
+
+// ---- audit ----
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int audit_verb(const std::string& file) {
+  const SafeTensors f = read_safetensors(file);
+  const std::vector<TensorAudit> audits = audit(f);
+  std::printf("%-40s %-5s %-18s %10s %10s %10s %12s\n", "tensor", "dtype", "shape", "NaN", "+Inf", "-Inf",
+              "max|finite|");
+  int bad = 0;
+  for (const TensorAudit& a : audits) {
+    std::printf("%-40s %-5s %-18s %10lld %10lld %10lld %12s\n", a.name.c_str(), to_string(a.dtype),
+                shape_text(a.shape).c_str(), static_cast<long long>(a.nan), static_cast<long long>(a.pos_inf),
+                static_cast<long long>(a.neg_inf), fmt(a.max_abs).c_str());
+    bad += !a.finite();
+  }
+  for (const auto& [k, v] : f.metadata) std::printf("metadata %s = %s\n", k.c_str(), v.c_str());
+  std::printf("%s: %zu tensors, %d with non-finite values\n", file.c_str(), audits.size(), bad);
+  return bad == 0 ? kExitOk : kExitFinding;
+}
+
+int pair_verb(const std::string& a_path, const std::string& b_path) {
+  const SafeTensors a = read_safetensors(a_path);
+  const SafeTensors b = read_safetensors(b_path);
+  const PairDiff d = compare(a, b);
+  if (d.same) {
+    std::printf("same state: %zu tensors, bit-identical\n", a.tensors.size());
+    return kExitOk;
+  }
+  std::printf("different state: first differing tensor %s: %s\n", d.first_tensor.c_str(), d.reason.c_str());
+  if (d.reason == "values") {
+    const TensorEntry* t = a.find(d.first_tensor);
+    std::printf("  %lld of %lld elements differ; largest |a - b| = %s at flat index %lld\n",
+                static_cast<long long>(d.differing), static_cast<long long>(t ? t->numel() : 0),
+                fmt(d.max_abs_diff).c_str(), static_cast<long long>(d.max_diff_index));
+  }
+  return kExitFinding;
+}
+
+}  // namespace
+
+int cli_main(int argc, char** argv) {
+  const std::string version = std::string("spikehunt ") + kVersion + " (LibTorch " + environment("cpu", 1).libtorch +
+                              ", BLAS: " + blas_in_use() + ")";
+  CLI::App app{"spikehunt: fuzzing and numerical stress-testing for deep-learning training"};
+  app.set_version_flag("--version", version);
+  app.require_subcommand(1);
+
+  RunArgs run_args;
+  CLI::App* run = app.add_subcommand("run", "Run one training burst under the monitor and tell the story of its failure");
+  run->add_option("--config", run_args.config, "Config JSON (default: the built-in default, configs/default.json)");
+  run->add_option("--set", run_args.sets, "Override one field, e.g. --set optimizer.lr=0.01 (repeatable)")
+      ->allow_extra_args(false);
+  run->add_option("--out", run_args.out, "Folder for results/<run-id>/")->capture_default_str();
+  run->add_flag("--no-checkpoints", run_args.no_checkpoints, "Do not keep the last healthy / first bad state");
+  run->add_flag("--print-config", run_args.print_config, "Print the resolved config (after --set) as JSON and exit");
+
+  std::string audit_file;
+  std::vector<std::string> pair;
+  CLI::App* audit_cmd = app.add_subcommand("audit", "Count NaN/+Inf/-Inf per tensor of a safetensors checkpoint, or compare two");
+  audit_cmd->add_option("file", audit_file, "Checkpoint to audit");
+  audit_cmd->add_option("--pair", pair, "Two checkpoints: are they the same state?")->expected(2);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitBadInput;
+  }
+  try {
+    if (*run) return run_verb(run_args);
+    if (*audit_cmd) {
+      if (!pair.empty() && !audit_file.empty()) {
+        throw InputError("--pair", "", "", "takes two files; give either FILE or --pair A B");
+      }
+      if (!pair.empty()) return pair_verb(pair[0], pair[1]);
+      if (audit_file.empty()) throw InputError("audit", "", "", "needs a file", "spikehunt audit FILE.safetensors");
+      return audit_verb(audit_file);
+    }
+  } catch (const InputError& e) {
+    std::cerr << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitInternal;
+  }
+  return kExitOk;
+}
+
+}  // namespace spikehunt

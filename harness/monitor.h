@@ -1,0 +1,93 @@
+// monitor.h — watches one training step and classifies it.
+// Collects loss, gradient, parameter (before and after the optimizer step),
+// optimizer-state, input and activation statistics as 0-dim double tensors on
+// the training device, copies them to the host once per step, judges the
+// step's health, and names the first non-finite tensor with its stage and
+// NaN/+Inf/−Inf counts (counted only then).
+// Example (what run_burst does):
+//   Monitor monitor(scenario, config.health);
+//   monitor.begin_step(batch);
+//   auto out = scenario.forward(batch.inputs, monitor.tap());
+//   auto loss = scenario.loss(out, batch.targets);  monitor.after_loss(loss);
+//   loss.backward();                                 monitor.after_backward();
+//   scenario.optimizer().step();
+//   StepRecord r = monitor.finish_step();
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/health.h"
+#include "harness/record.h"
+#include "scenarios/scenario.h"
+
+namespace spikehunt {
+
+// ---- per-tensor statistics ----
+
+// 0-dim float64 tensors on t's device; no host sync.
+torch::Tensor norm_scalar(const torch::Tensor& t);     // L2, accumulated in double (0 if empty)
+torch::Tensor max_abs_scalar(const torch::Tensor& t);  // max |x| (NaN if any NaN; 0 if empty)
+
+struct NonFiniteCounts {
+  int64_t nan = 0;
+  int64_t pos_inf = 0;
+  int64_t neg_inf = 0;
+};
+NonFiniteCounts count_non_finite(const torch::Tensor& t);  // syncs
+
+// Everything about one tensor, on the host (syncs; for tests, audits, tools).
+struct TensorSummary {
+  int64_t numel = 0;
+  double norm = 0;     // L2 in double
+  double max_abs = 0;  // NaN if any element is NaN
+  NonFiniteCounts counts;
+  bool finite() const { return counts.nan == 0 && counts.pos_inf == 0 && counts.neg_inf == 0; }
+};
+TensorSummary summarize(const torch::Tensor& t);
+
+// ---- the monitor ----
+
+class Monitor : public TapSink {
+ public:
+  Monitor(Scenario& scenario, const HealthRules& rules);
+
+  Tap tap() { return Tap(this); }
+  void begin_step(const Batch& batch);
+  void on_tap(const char* name, const torch::Tensor& t) override;
+  void after_loss(const torch::Tensor& loss);
+  void after_backward();     // gradients, and the parameters before the step
+  StepRecord finish_step();  // after the optimizer step; the one host copy
+
+  const Hash128& hash_chain() const { return chain_; }
+
+ private:
+  struct Check {  // a tensor whose finiteness localizes a fault, in stage order
+    Stage stage;
+    std::string name;
+    torch::Tensor tensor;
+    int slot;  // its norm or max |x|: non-finite iff the tensor is
+  };
+  struct LayerSlots {
+    int grad_norm = -1, grad_max = -1, before = -1, after = -1;
+    std::vector<int> state_norm, state_max;
+  };
+
+  int push(torch::Tensor scalar);
+  void check(Stage stage, std::string name, const torch::Tensor& t, int slot);
+
+  Scenario& scenario_;
+  std::vector<NamedTensor> params_;
+  std::vector<std::string> phase_names_;
+  HealthJudge judge_;
+  Hash128 chain_;
+  // this step
+  StepRecord record_;
+  std::vector<torch::Tensor> scalars_;
+  std::vector<Check> checks_;
+  std::vector<LayerSlots> layers_;
+  std::vector<std::pair<std::string, int>> taps_;
+  int loss_slot_ = -1, input_slot_ = -1;
+};
+
+}  // namespace spikehunt

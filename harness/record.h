@@ -1,0 +1,101 @@
+// record.h — what the monitor writes down: one StepRecord per optimizer step,
+// the Fault (first non-finite tensor) and the burst's Verdict, with their
+// JSON forms (non-finite numbers are written as the strings "nan", "inf",
+// "-inf" so every line stays strict JSON).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "harness/hash.h"
+
+namespace spikehunt {
+
+enum class Health { kFinite, kExtreme, kNonFinite };
+enum class Stage { kForward, kLoss, kBackward, kOptimizerStep };
+enum class Outcome { kHealthy, kExtreme, kNonFinite, kCrashed, kTimeout };
+
+const char* to_string(Health h);
+const char* to_string(Stage s);
+const char* to_string(Outcome o);
+
+// The first non-finite tensor of a step.
+struct Fault {
+  std::string tensor;   // tap, "loss", "<param>.grad", "<param>" or "<param>.<state>"
+  Stage stage = Stage::kForward;
+  int64_t nan = 0;      // NaN elements
+  int64_t pos_inf = 0;  // +Inf elements
+  int64_t neg_inf = 0;  // -Inf elements
+  int64_t numel = 0;    // elements in the tensor
+  std::string describe() const;  // "fc2_logits (forward): 128 NaN, 128 +Inf, 384 -Inf of 640"
+};
+
+struct LayerStats {
+  std::string name;              // parameter name, e.g. "fc1.weight"
+  bool is_weight = false;        // 2 or more dimensions (not a bias or norm scale)
+  double grad_norm = 0;          // L2 of its gradient, before clipping (0: no gradient)
+  double grad_max = 0;           // max |grad|
+  double param_norm_before = 0;  // L2 before the optimizer step
+  double param_norm_after = 0;   // L2 after the optimizer step
+  double state_norm = 0;         // L2 over its optimizer state (momentum / Adam moments)
+  double state_max = 0;          // max |state element|
+};
+
+struct TapStats {
+  std::string name;  // e.g. "fc1_act"
+  double max_abs = 0;
+};
+
+struct StepRecord {
+  int64_t step = 0;   // global optimizer step, from 0
+  int64_t phase = 0;  // index into the protocol's phases
+  std::string phase_name;
+  int64_t epoch = 0;  // within the phase
+  int64_t batch = 0;  // within the epoch
+  double loss = 0;
+  double grad_norm = 0;          // global L2 over all gradients, before clipping
+  double grad_max = 0;           // max |grad| over all parameters
+  double param_norm_before = 0;  // global L2 of the parameters before the step
+  double param_norm_after = 0;   // ... and after
+  double state_norm = 0;         // global L2 of the optimizer state
+  double state_max = 0;          // max |optimizer state element|
+  double input_max = 0;          // max |input|
+  double activation_max = 0;     // max over taps of max |activation|
+  std::vector<LayerStats> layers;
+  std::vector<TapStats> taps;    // in the order forward called them
+  Hash128 input_hash;            // XXH3-128 of the input tensor's bytes (float32, host order)
+  Hash128 label_hash;            // XXH3-128 of the label tensor's bytes (int64)
+  std::vector<int64_t> label_histogram;  // count per class in this batch
+  Health health = Health::kFinite;
+  std::vector<std::string> rules;  // health rules that fired
+  std::optional<Fault> fault;      // set on the first non-finite step
+  double step_ms = 0;              // wall time of the step, monitor included
+};
+
+struct Verdict {
+  Outcome outcome = Outcome::kHealthy;
+  std::optional<int64_t> onset_step;    // first extreme (or non-finite) step
+  std::optional<int64_t> failure_step;  // first non-finite step
+  std::vector<std::string> onset_rules; // rules that fired at the onset
+  std::optional<Fault> fault;
+  int64_t steps_run = 0;
+  int64_t planned_steps = 0;
+  double wall_seconds = 0;
+  Hash128 hash_chain;                   // over every step's input and label hash
+  std::string message;                  // crash or timeout details
+  // failure_step - onset_step: the steps of warning before the NaN.
+  std::optional<int64_t> lead_time() const;
+};
+
+nlohmann::json to_json(const Fault& f);
+nlohmann::json to_json(const StepRecord& r);
+nlohmann::json to_json(const Verdict& v);
+// Number formatting shared by JSON writers: finite doubles as numbers,
+// non-finite as "nan" / "inf" / "-inf".
+nlohmann::json number(double v);
+
+}  // namespace spikehunt

@@ -1,0 +1,24 @@
+// report.h — the text `spikehunt run` prints: the steps around the onset and
+// the failure as a table (step, phase/epoch/batch, loss, grad norm, max |grad|,
+// max activation, max optimizer state, health, rules), and the verdict.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/record.h"
+#include "harness/trace.h"
+
+namespace spikehunt {
+
+// Compact number: "3.03", "44.59", "1.48e3", "nan", "-inf".
+std::string fmt(double v);
+
+// The rows worth reading: a few steps before the onset, the onset, the steps
+// up to the failure (the middle elided when long: nullptr marks the gap), and
+// without an onset, the last steps.
+std::vector<const StepRecord*> story_rows(const Trace& trace, const Verdict& v, size_t context = 3);
+std::string story_table(const Trace& trace, const Verdict& v);
+std::string verdict_text(const Verdict& v, const Trace& trace);
+
+}  // namespace spikehunt

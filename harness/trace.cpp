@@ -1,0 +1,60 @@
+#include "harness/trace.h"
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace spikehunt {
+
+void Trace::push(const StepRecord& r) {
+  if (!onset_seen_ && r.health != Health::kFinite) {
+    onset_seen_ = true;
+    before_onset_.assign(recent_.begin(), recent_.end());
+  }
+  recent_.push_back(r);
+  if (recent_.size() > capacity_) recent_.pop_front();
+  ++total_;
+}
+
+const StepRecord* Trace::find(int64_t step) const {
+  for (const StepRecord& r : recent_) {
+    if (r.step == step) return &r;
+  }
+  return nullptr;
+}
+
+TraceWriter::TraceWriter(std::string path) : path_(std::move(path)) {
+  file_ = std::fopen((path_ + ".partial").c_str(), "wb");
+  if (file_ == nullptr) {
+    throw std::runtime_error("cannot write " + path_ + ".partial: " + std::strerror(errno));
+  }
+}
+
+TraceWriter::~TraceWriter() {
+  if (file_ != nullptr) {  // not closed: an error path; leave no partial file
+    std::fclose(file_);
+    std::remove((path_ + ".partial").c_str());
+  }
+}
+
+void TraceWriter::write(const StepRecord& r) {
+  const std::string line = to_json(r).dump() + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size()) {
+    throw std::runtime_error("cannot write " + path_ + ".partial: " + std::strerror(errno));
+  }
+}
+
+void TraceWriter::close() {
+  if (file_ == nullptr) return;
+  const bool ok = std::fflush(file_) == 0;
+  std::fclose(file_);
+  file_ = nullptr;
+  if (!ok || std::rename((path_ + ".partial").c_str(), path_.c_str()) != 0) {
+    std::remove((path_ + ".partial").c_str());
+    throw std::runtime_error("cannot finish " + path_ + ": " + std::strerror(errno));
+  }
+}
+
+}  // namespace spikehunt

@@ -1,0 +1,163 @@
+#include "scenarios/catalog.h"
+
+#include <c10/util/string_utils.h>
+
+#include "scenarios/models.h"
+#include "scenarios/protocol.h"
+
+namespace spikehunt {
+
+// ---- Scenario defaults ----
+
+torch::Tensor Scenario::loss(const torch::Tensor& outputs, const torch::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(outputs, targets);
+}
+
+std::vector<NamedTensor> Scenario::optimizer_state() {
+  return optimizer_state_of(optimizer(), named_parameters(model()));
+}
+
+std::vector<NamedTensor> named_parameters(torch::nn::Module& model) {
+  std::vector<NamedTensor> out;
+  for (const auto& item : model.named_parameters()) out.push_back({item.key(), item.value()});
+  return out;
+}
+
+std::vector<NamedTensor> optimizer_state_of(torch::optim::Optimizer& optimizer,
+                                            const std::vector<NamedTensor>& params) {
+  std::vector<NamedTensor> out;
+  auto& state = optimizer.state();
+  for (const NamedTensor& p : params) {
+    auto it = state.find(c10::guts::to_string(p.tensor.unsafeGetTensorImpl()));
+    if (it == state.end()) continue;
+    if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
+      if (s->momentum_buffer().defined()) out.push_back({p.name + ".momentum_buffer", s->momentum_buffer()});
+    } else if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
+      out.push_back({p.name + ".exp_avg", a->exp_avg()});
+      out.push_back({p.name + ".exp_avg_sq", a->exp_avg_sq()});
+    } else if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
+      out.push_back({p.name + ".exp_avg", w->exp_avg()});
+      out.push_back({p.name + ".exp_avg_sq", w->exp_avg_sq()});
+    }
+  }
+  return out;
+}
+
+// ---- optimizers and devices ----
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& o,
+                                                        std::vector<torch::Tensor> params) {
+  switch (o.kind) {
+    case OptimizerKind::kSgd:
+      return std::make_unique<torch::optim::SGD>(
+          std::move(params), torch::optim::SGDOptions(o.lr)
+                                 .momentum(o.momentum)
+                                 .nesterov(o.nesterov)
+                                 .weight_decay(o.weight_decay));
+    case OptimizerKind::kAdam:
+      return std::make_unique<torch::optim::Adam>(
+          std::move(params), torch::optim::AdamOptions(o.lr)
+                                 .betas({o.betas[0], o.betas[1]})
+                                 .eps(o.eps)
+                                 .weight_decay(o.weight_decay));
+    case OptimizerKind::kAdamW:
+      return std::make_unique<torch::optim::AdamW>(
+          std::move(params), torch::optim::AdamWOptions(o.lr)
+                                 .betas({o.betas[0], o.betas[1]})
+                                 .eps(o.eps)
+                                 .weight_decay(o.weight_decay));
+  }
+  throw std::logic_error("unknown optimizer kind");
+}
+
+torch::Device resolve_device(DeviceKind kind) {
+  if (kind == DeviceKind::kCpu) return torch::kCPU;
+  if (!torch::cuda::is_available()) {
+    throw InputError("config", "device", "\"cuda\"",
+                     "is not available: this LibTorch has no CUDA or no GPU is visible",
+                     "use \"device\": \"cpu\", or build against a CUDA LibTorch (README: GPU)");
+  }
+  return torch::Device(torch::kCUDA, 0);
+}
+
+std::pair<torch::Tensor, torch::Tensor> gather_batch(const ImageSet& set,
+                                                     const std::vector<int64_t>& indices) {
+  const int64_t b = static_cast<int64_t>(indices.size());
+  const int64_t pixels = set.rows * set.cols;
+  torch::Tensor x = torch::empty({b, 1, set.rows, set.cols}, torch::kFloat32);
+  torch::Tensor y = torch::empty({b}, torch::kInt64);
+  float* xp = x.data_ptr<float>();
+  int64_t* yp = y.data_ptr<int64_t>();
+  for (int64_t i = 0; i < b; ++i) {
+    const uint8_t* src = set.images.data() + indices[i] * pixels;
+    for (int64_t k = 0; k < pixels; ++k) xp[i * pixels + k] = static_cast<float>(src[k]) / 255.0f;
+    yp[i] = set.labels[indices[i]];
+  }
+  return {x, y};
+}
+
+// ---- the built-in scenario ----
+
+namespace {
+
+class BuiltinScenario : public Scenario {
+ public:
+  BuiltinScenario(const TrainingConfig& config, std::shared_ptr<const Dataset> dataset)
+      : config_(config),
+        dataset_(std::move(dataset)),
+        device_(resolve_device(config.device)),
+        model_(make_model(config)),
+        schedule_(config.protocol, dataset_->train.labels, config.batch_size,
+                  config.max_batches_per_epoch, config.seed) {
+    model_->to(device_);
+    optimizer_ = make_optimizer(config.optimizer, model_->parameters());
+  }
+
+  torch::nn::Module& model() override { return *model_; }
+  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
+  torch::Tensor forward(const torch::Tensor& inputs, const Tap& tap) override {
+    return model_->forward(inputs, tap);
+  }
+  std::optional<Batch> next_batch() override {
+    std::optional<Slot> slot = schedule_.next();
+    if (!slot) return std::nullopt;
+    Batch b;
+    std::tie(b.host_inputs, b.host_targets) = gather_batch(dataset_->train, slot->indices);
+    b.inputs = b.host_inputs.to(device_);
+    b.targets = b.host_targets.to(device_);
+    b.step = slot->step;
+    b.phase = slot->phase;
+    b.epoch = slot->epoch;
+    b.batch = slot->batch;
+    return b;
+  }
+  int64_t planned_steps() const override { return schedule_.total_steps(); }
+  std::vector<std::string> phase_names() const override {
+    std::vector<std::string> names;
+    for (const Phase& p : schedule_.phases()) names.push_back(p.name);
+    return names;
+  }
+  torch::Device device() const override { return device_; }
+  double grad_clip() const override { return config_.grad_clip; }
+
+ private:
+  TrainingConfig config_;
+  std::shared_ptr<const Dataset> dataset_;
+  torch::Device device_;
+  std::shared_ptr<TappedModel> model_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  Schedule schedule_;
+};
+
+}  // namespace
+
+std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config,
+                                        std::shared_ptr<const Dataset> dataset) {
+  return std::make_unique<BuiltinScenario>(config, std::move(dataset));
+}
+
+std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config) {
+  return make_scenario(config, std::make_shared<const Dataset>(load_dataset(config.dataset)));
+}
+
+}  // namespace spikehunt

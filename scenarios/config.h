@@ -1,0 +1,133 @@
+// config.h — TrainingConfig: one point of the search space, as a plain struct.
+// Every field has a default (the motivating case's values where it has one);
+// JSON conversion lives in config.cpp and round-trips exactly; validate()
+// names every bad field with its value and a hint.
+// Example:
+//   TrainingConfig c = load_config("configs/default.json", {"optimizer.lr=0.01"});
+//   std::string text = config_to_json(c).dump(2);
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "scenarios/error.h"
+
+namespace spikehunt {
+
+enum class ActivationKind { kRelu, kLeakyRelu, kGelu, kTanh, kSigmoid };
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
+enum class DatasetKind { kSynthetic, kIdx };
+enum class DeviceKind { kCpu, kCuda };
+enum class StopAt { kNonFinite, kExtreme };
+
+constexpr int64_t kNumClasses = 10;  // every built-in dataset has 10 classes
+
+struct ModelConfig {
+  std::string kind = "simple_cnn";  // simple_cnn | mlp
+  int64_t mlp_depth = 2;            // mlp hidden layers, [1, 64]
+  int64_t mlp_width = 128;          // mlp units per hidden layer, [1, 65536]
+};
+
+struct ActivationConfig {
+  ActivationKind kind = ActivationKind::kLeakyRelu;
+  double slope = 0.01;  // leaky_relu negative slope, [0, 1]
+};
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  double lr = 0.05;                            // (0, 10]
+  double momentum = 0.9;                       // sgd, [0, 1)
+  bool nesterov = false;                       // sgd, needs momentum > 0
+  double weight_decay = 0.0;                   // [0, 1]
+  std::array<double, 2> betas = {0.9, 0.999};  // adam/adamw, each [0, 1)
+  double eps = 1e-8;                           // adam/adamw, (0, 1]
+};
+
+struct ProtocolConfig {
+  // Domain i (named 'A' + i) trains on the classes listed in domains[i].
+  std::vector<std::vector<int64_t>> domains = {{0, 1, 2, 3, 4}, {5, 6, 7, 8, 9}};
+  std::vector<int64_t> task_order = {0, 1};  // a permutation of domain indices
+  int64_t epochs_per_phase = 1;              // epochs on each domain, [1, 1000]
+  int64_t relaxation_epochs = 1;             // then epochs on all classes, [0, 1000]
+};
+
+struct DatasetConfig {
+  DatasetKind kind = DatasetKind::kSynthetic;
+  std::string path = "/usr/share/datasets/fashion-mnist";  // idx directory (kind idx)
+  int64_t synthetic_train_per_class = 500;  // synthetic: training images per class, [1, 100000]
+  int64_t synthetic_test_per_class = 100;   // synthetic: held-out images per class, [1, 100000]
+};
+
+// The health rules. Each rule is named after its field; a limit of 0
+// disables it. Spike rules compare log10 of a value with the trailing window
+// of finite, non-extreme steps (z-score in double), are silent until the
+// window is full, and fire only above their absolute floor.
+struct HealthRules {
+  int64_t window = 16;                  // trailing steps for spike rules, [2, 10000]
+  double spike_z = 8.0;                 // z-score of log10 magnitude; 0 disables spikes
+  double loss_limit = 1e3;              // loss above this is extreme
+  double grad_norm_limit = 1e2;         // global L2 grad norm (before clipping)
+  double max_grad_limit = 1e2;          // largest |grad| element
+  double activation_limit = 1e4;        // largest |activation| at any tap
+  double optimizer_state_limit = 1e2;   // largest |momentum| or |Adam moment|
+  double param_jump_limit = 0.5;        // per layer |Δ‖θ‖| / ‖θ‖ over one step
+  double loss_spike_floor = 10.0;       // loss_spike fires only above this loss
+  double grad_norm_spike_floor = 10.0;  // grad_norm_spike fires only above this norm
+  double activation_spike_floor = 1e2;  // activation_spike fires only above this
+  StopAt stop_at = StopAt::kNonFinite;  // stop the burst at the first such step
+};
+
+struct TrainingConfig {
+  std::string name = "default";  // free text, shown in reports
+  ModelConfig model;
+  ActivationConfig activation;
+  OptimizerConfig optimizer;
+  ProtocolConfig protocol;
+  DatasetConfig dataset;
+  HealthRules health;
+  uint64_t seed = 0;                  // weight init and data order (not the data itself)
+  int64_t batch_size = 64;            // [1, 65536]
+  int64_t max_batches_per_epoch = 0;  // 0: whole epochs; else a short burst
+  double grad_clip = 0.0;             // max global grad norm; 0: no clipping
+  DeviceKind device = DeviceKind::kCpu;
+  int64_t threads = 2;                // LibTorch intra-op threads, [1, 1024]
+};
+
+// ---- names ----
+const char* to_string(ActivationKind k);
+const char* to_string(OptimizerKind k);
+const char* to_string(DatasetKind k);
+const char* to_string(DeviceKind k);
+const char* to_string(StopAt k);
+const std::vector<std::string>& model_kinds();  // the built-in models
+
+// ---- JSON ----
+nlohmann::json config_to_json(const TrainingConfig& c);
+// Strict: wrong types and unknown keys are problems, reported all at once as
+// an InputError naming `file`. Missing keys keep their defaults.
+TrainingConfig config_from_json(const nlohmann::json& j, const std::string& file);
+// Every out-of-range or inconsistent field.
+std::vector<Problem> validate(const TrainingConfig& c);
+
+// Applies "key=value" overrides (dotted keys, JSON or bare-string values) to a
+// config's JSON. Keys that are not config fields are an InputError ("--set").
+void apply_overrides(nlohmann::json& j, const std::vector<std::string>& overrides);
+
+// Reads, overrides, parses and validates; throws InputError naming the file.
+TrainingConfig load_config(const std::string& path,
+                           const std::vector<std::string>& overrides = {});
+// The built-in default (what `spikehunt run` uses without --config), with overrides.
+TrainingConfig default_config(const std::vector<std::string>& overrides = {});
+// Writes pretty JSON atomically (temp file + rename).
+void save_config(const TrainingConfig& c, const std::string& path);
+
+// Short one-line summaries for reports, e.g. "sgd lr=0.05 momentum=0.9".
+std::string describe_optimizer(const OptimizerConfig& o);
+std::string describe_activation(const ActivationConfig& a);
+std::string describe_protocol(const ProtocolConfig& p);
+
+}  // namespace spikehunt

@@ -1,0 +1,37 @@
+#include "scenarios/error.h"
+
+#include <utility>
+
+namespace spikehunt {
+
+namespace {
+
+std::string format(const std::string& file, const std::vector<Problem>& problems) {
+  std::string text;
+  for (const Problem& p : problems) {
+    if (!text.empty()) text += '\n';
+    text += "error: " + (file.empty() ? std::string("<input>") : file) + ": ";
+    if (!p.field.empty()) {
+      text += p.field;
+      if (!p.value.empty()) text += " = " + p.value;
+      text += ' ';
+    }
+    text += p.message;
+    if (!p.hint.empty()) text += "\nhint: " + p.hint;
+  }
+  return text;
+}
+
+}  // namespace
+
+InputError::InputError(std::string file, std::vector<Problem> problems)
+    : file_(std::move(file)), problems_(std::move(problems)) {
+  text_ = format(file_, problems_);
+}
+
+InputError::InputError(std::string file, std::string field, std::string value,
+                       std::string message, std::string hint)
+    : InputError(std::move(file), std::vector<Problem>{{std::move(field), std::move(value),
+                                                        std::move(message), std::move(hint)}}) {}
+
+}  // namespace spikehunt

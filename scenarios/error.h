@@ -1,0 +1,48 @@
+// error.h — the one error type for bad input: file, field, value, what is
+// wrong, and a hint. The CLI prints it and exits 2.
+// Example:
+//   throw InputError("configs/sweep.json", "optimizer.lr", "-0.05",
+//                    "is not in (0, 10]", "learning rates are positive");
+// prints
+//   error: configs/sweep.json: optimizer.lr = -0.05 is not in (0, 10]
+//   hint: learning rates are positive
+// One InputError may carry several problems (validate() reports every bad
+// field at once).
+#pragma once
+
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace spikehunt {
+
+struct Problem {
+  std::string field;    // dotted path, e.g. "optimizer.lr"; empty: the whole file
+  std::string value;    // the offending value as written; empty when none
+  std::string message;  // what is wrong, e.g. "is not in (0, 10]"
+  std::string hint;     // what to try; may be empty
+};
+
+class InputError : public std::exception {
+ public:
+  InputError(std::string file, std::vector<Problem> problems);
+  InputError(std::string file, std::string field, std::string value,
+             std::string message, std::string hint = "");
+
+  const std::string& file() const { return file_; }
+  const std::vector<Problem>& problems() const { return problems_; }
+  // Every problem as "error: FILE: FIELD = VALUE MESSAGE\nhint: HINT" lines.
+  const char* what() const noexcept override { return text_.c_str(); }
+
+ private:
+  std::string file_;
+  std::vector<Problem> problems_;
+  std::string text_;
+};
+
+// The CLI's exit codes.
+constexpr int kExitOk = 0;       // ran, nothing found
+constexpr int kExitFinding = 1;  // ran, and the burst (or check) failed
+constexpr int kExitBadInput = 2; // bad config, file or flag
+
+}  // namespace spikehunt

@@ -1,0 +1,79 @@
+#include "scenarios/files.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+#include <sys/stat.h>
+#include <vector>
+
+#include "scenarios/error.h"
+
+namespace spikehunt {
+
+std::string read_file(const std::string& path, uint64_t max_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw InputError(path, "", "", std::string("cannot be read: ") + std::strerror(errno),
+                     "check the path");
+  }
+  if (S_ISDIR(st.st_mode)) {
+    throw InputError(path, "", "", "is a directory, not a file");
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    throw InputError(path, "", "",
+                     "is " + std::to_string(st.st_size) + " bytes, more than the " +
+                         std::to_string(max_bytes) + " bytes allowed");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw InputError(path, "", "", std::string("cannot be opened: ") + std::strerror(errno));
+  }
+  std::string data(static_cast<size_t>(st.st_size), '\0');
+  in.read(data.data(), static_cast<std::streamsize>(data.size()));
+  if (in.gcount() != static_cast<std::streamsize>(data.size())) {
+    throw InputError(path, "", "", "could not be read completely");
+  }
+  return data;
+}
+
+void write_file_atomic(const std::string& path, std::string_view data) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) {
+    throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  const bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size() &&
+                  std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const int err = errno;
+  if (std::fclose(f) != 0 || !ok) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(ok ? errno : err));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int rerr = errno;
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + std::strerror(rerr));
+  }
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace spikehunt

@@ -1,0 +1,24 @@
+// files.h — whole-file reads that fail with an InputError naming the file,
+// and atomic writes (temp file in the same folder, then rename), so a reader
+// never sees a half-written result.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace spikehunt {
+
+// Reads a whole file. Throws InputError(path, ...) when it cannot be opened or
+// is larger than max_bytes.
+std::string read_file(const std::string& path, uint64_t max_bytes = uint64_t{1} << 32);
+
+// Writes `data` to `path` through "path.tmp-PID" and rename(2). Throws
+// std::runtime_error (naming the path and errno text) on failure, leaving no
+// temp file behind.
+void write_file_atomic(const std::string& path, std::string_view data);
+
+// Levenshtein distance, for "did you mean" hints.
+size_t edit_distance(std::string_view a, std::string_view b);
+
+}  // namespace spikehunt

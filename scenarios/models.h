@@ -1,0 +1,57 @@
+// models.h — the built-in models, each exposing its activations through taps.
+//   simple_cnn: conv 1→32 3×3 pad 1, act, max-pool 2; conv 32→64 3×3 pad 1,
+//               act, max-pool 2; fc 3136→128, act; fc 128→10.
+//               421,642 parameters. Taps conv1_act, conv2_act, fc1_act, fc2_logits.
+//   mlp:        784 → width (× depth, each followed by the activation) → 10.
+//               Taps fc1_act … fcD_act, out_logits.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "scenarios/config.h"
+#include "scenarios/scenario.h"
+
+namespace spikehunt {
+
+torch::Tensor activate(const ActivationConfig& a, const torch::Tensor& x);
+
+class TappedModel : public torch::nn::Module {
+ public:
+  virtual torch::Tensor forward(const torch::Tensor& x, const Tap& tap) = 0;
+  virtual std::vector<std::string> tap_names() const = 0;
+};
+
+class SimpleCnn : public TappedModel {
+ public:
+  explicit SimpleCnn(ActivationConfig activation);
+  torch::Tensor forward(const torch::Tensor& x, const Tap& tap) override;
+  std::vector<std::string> tap_names() const override;
+
+ private:
+  ActivationConfig activation_;
+  torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
+  torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
+};
+
+class Mlp : public TappedModel {
+ public:
+  Mlp(ActivationConfig activation, int64_t depth, int64_t width);
+  torch::Tensor forward(const torch::Tensor& x, const Tap& tap) override;
+  std::vector<std::string> tap_names() const override;
+
+ private:
+  ActivationConfig activation_;
+  std::vector<torch::nn::Linear> hidden_;
+  std::vector<std::string> tap_names_;
+  torch::nn::Linear out_{nullptr};
+};
+
+// Builds config.model with config.activation, initialized from
+// torch::manual_seed(config.seed) on the CPU (so the init is the same on every device).
+std::shared_ptr<TappedModel> make_model(const TrainingConfig& config);
+
+int64_t parameter_count(torch::nn::Module& model);
+
+}  // namespace spikehunt

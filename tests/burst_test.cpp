@@ -1,0 +1,196 @@
+// Tests harness/burst.h on the built-in scenarios: the default config's
+// story, the healthy control, determinism, monitoring not changing training,
+// checkpoints, and the simple_cnn contract.
+#include <gtest/gtest.h>
+
+#include "harness/burst.h"
+#include "harness/checkpoint.h"
+#include "scenarios/catalog.h"
+#include "scenarios/models.h"
+#include "test_util.h"
+
+namespace spikehunt {
+namespace {
+
+TrainingConfig small_mlp() {
+  return default_config({"model.kind=mlp", "model.mlp_width=32", "dataset.synthetic_train_per_class=40",
+                         "batch_size=16", "max_batches_per_epoch=5", "optimizer.lr=0.05", "grad_clip=1.0"});
+}
+
+std::vector<torch::Tensor> final_parameters(Scenario& s) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : s.model().parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+void expect_bit_identical(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i << " differs; largest difference "
+                                          << (a[i] - b[i]).abs().max().item<double>();
+  }
+}
+
+TEST(Models, SimpleCnnHasTheMotivatingCasesParameterCountAndTaps) {
+  TrainingConfig c;
+  auto model = make_model(c);
+  EXPECT_EQ(parameter_count(*model), 421642);
+  EXPECT_EQ(model->tap_names(), (std::vector<std::string>{"conv1_act", "conv2_act", "fc1_act", "fc2_logits"}));
+  std::vector<std::string> seen;
+  struct Recorder : TapSink {
+    std::vector<std::string>* seen;
+    void on_tap(const char* name, const torch::Tensor&) override { seen->push_back(name); }
+  } recorder;
+  recorder.seen = &seen;
+  const torch::Tensor out = model->forward(torch::zeros({2, 1, 28, 28}), Tap(&recorder));
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 10}));
+  EXPECT_EQ(seen, model->tap_names());
+}
+
+TEST(Models, EveryActivationRuns) {
+  for (const char* kind : {"relu", "leaky_relu", "gelu", "tanh", "sigmoid"}) {
+    TrainingConfig c = small_mlp();
+    c.activation.kind = config_from_json({{"activation", {{"kind", kind}}}}, "x").activation.kind;
+    auto model = make_model(c);
+    const torch::Tensor out = model->forward(torch::randn({3, 1, 28, 28}), Tap());
+    EXPECT_TRUE(torch::isfinite(out).all().item<bool>()) << kind;
+  }
+  const torch::Tensor x = torch::tensor({-2.0f, 3.0f});
+  EXPECT_TRUE(torch::allclose(activate({ActivationKind::kLeakyRelu, 0.25}, x), torch::tensor({-0.5f, 3.0f})));
+}
+
+TEST(Burst, DefaultConfigGoesExtremeBeforeNonFiniteAndNamesTheTensor) {
+  const BurstResult r = run_config(default_config(), BurstOptions{});
+  const Verdict& v = r.verdict;
+  ASSERT_EQ(v.outcome, Outcome::kNonFinite);
+  ASSERT_TRUE(v.onset_step && v.failure_step);
+  EXPECT_GE(*v.lead_time(), 1) << "onset " << *v.onset_step << ", failure " << *v.failure_step;
+  ASSERT_TRUE(v.fault);
+  EXPECT_FALSE(v.fault->tensor.empty());
+  EXPECT_GT(v.fault->nan + v.fault->pos_inf + v.fault->neg_inf, 0);
+  EXPECT_LT(v.steps_run, v.planned_steps) << "fail fast";
+  // Every step from the onset to the failure is finite but extreme.
+  for (const StepRecord& rec : r.trace.recent()) {
+    if (rec.step >= *v.onset_step && rec.step < *v.failure_step) {
+      EXPECT_EQ(rec.health, Health::kExtreme) << rec.step;
+      EXPECT_FALSE(rec.rules.empty());
+    }
+    if (rec.step < *v.onset_step) EXPECT_EQ(rec.health, Health::kFinite) << rec.step;
+  }
+  EXPECT_FALSE(r.trace.before_onset().empty());
+}
+
+TEST(Burst, HealthyControlNeverGoesExtreme) {
+  const TrainingConfig c = load_config(testing::source_path("configs/healthy.json"));
+  std::vector<StepRecord> records;
+  BurstOptions o;
+  o.on_step = [&](const StepRecord& r) { records.push_back(r); };
+  const BurstResult r = run_config(c, o);
+  EXPECT_EQ(r.verdict.outcome, Outcome::kHealthy);
+  EXPECT_FALSE(r.verdict.onset_step);
+  EXPECT_EQ(r.verdict.steps_run, r.verdict.planned_steps);
+  ASSERT_EQ(records.size(), size_t(r.verdict.steps_run));
+  for (const StepRecord& rec : records) EXPECT_EQ(rec.health, Health::kFinite) << rec.step;
+  // It learns: the last domain's loss ends well below chance (log 10 = 2.3).
+  double tail = 0;
+  for (size_t i = records.size() - 10; i < records.size(); ++i) tail += records[i].loss / 10;
+  EXPECT_LT(tail, 1.5);
+}
+
+TEST(Burst, SameConfigTwiceIsBitIdentical) {
+  const TrainingConfig c = default_config({"max_batches_per_epoch=8"});
+  configure_runtime(c);
+  auto run = [&](std::vector<torch::Tensor>* params) {
+    std::vector<double> losses;
+    auto s = make_scenario(c);
+    BurstOptions o;
+    o.on_step = [&](const StepRecord& r) { losses.push_back(r.loss); };
+    const BurstResult r = run_burst(*s, c.health, o);
+    *params = final_parameters(*s);
+    return std::make_pair(r.verdict.hash_chain, losses);
+  };
+  std::vector<torch::Tensor> p1, p2;
+  const auto a = run(&p1);
+  const auto b = run(&p2);
+  EXPECT_EQ(a.first, b.first) << "hash chain";
+  EXPECT_EQ(a.second, b.second) << "losses, compared bitwise";
+  expect_bit_identical(p1, p2);
+}
+
+TEST(Burst, MonitoringDoesNotChangeTraining) {
+  for (const TrainingConfig& c : {small_mlp(), default_config({"max_batches_per_epoch=6"})}) {
+    configure_runtime(c);
+    auto plain = make_scenario(c);
+    BurstOptions off;
+    off.monitor = false;
+    run_burst(*plain, c.health, off);
+    auto watched = make_scenario(c);
+    BurstOptions on;
+    on.keep_states = true;
+    const BurstResult r = run_burst(*watched, c.health, on);
+    ASSERT_EQ(r.verdict.steps_run, plain->planned_steps());
+    expect_bit_identical(final_parameters(*plain), final_parameters(*watched));
+  }
+}
+
+TEST(Burst, KeepsTheLastHealthyAndFirstBadState) {
+  BurstOptions o;
+  o.keep_states = true;
+  const BurstResult r = run_config(default_config(), o);
+  ASSERT_TRUE(r.last_healthy && r.first_bad);
+  EXPECT_EQ(r.last_healthy->step, *r.verdict.onset_step);
+  EXPECT_EQ(r.first_bad->step, *r.verdict.failure_step);
+  ASSERT_EQ(r.last_healthy->tensors.size(), 16u) << "8 parameters and 8 momentum buffers";
+  EXPECT_EQ(r.last_healthy->tensors[0].name, "model.conv1.weight");
+  EXPECT_EQ(r.last_healthy->tensors[8].name, "optim.conv1.weight.momentum_buffer");
+  for (const NamedTensor& t : r.last_healthy->tensors) {
+    EXPECT_TRUE(torch::isfinite(t.tensor).all().item<bool>()) << t.name;
+  }
+  testing::TempDir dir;
+  write_checkpoint(dir.file("a.safetensors"), r.last_healthy->tensors, {{"step", "1"}});
+  const std::vector<NamedTensor> back = read_checkpoint(dir.file("a.safetensors"));
+  ASSERT_EQ(back.size(), r.last_healthy->tensors.size());
+  for (const NamedTensor& t : r.last_healthy->tensors) {
+    auto it = std::find_if(back.begin(), back.end(), [&](const NamedTensor& b) { return b.name == t.name; });
+    ASSERT_NE(it, back.end()) << t.name;
+    EXPECT_TRUE(torch::equal(it->tensor, t.tensor)) << t.name;
+  }
+}
+
+TEST(Burst, StopAtExtremeStopsAtTheOnset) {
+  const BurstResult r = run_config(default_config({"health.stop_at=extreme"}), BurstOptions{});
+  EXPECT_EQ(r.verdict.outcome, Outcome::kExtreme);
+  ASSERT_TRUE(r.verdict.onset_step);
+  EXPECT_EQ(r.verdict.steps_run, *r.verdict.onset_step + 1);
+  EXPECT_FALSE(r.verdict.failure_step);
+}
+
+TEST(Burst, AdamStateIsWatched) {
+  const TrainingConfig c = default_config({"model.kind=mlp", "optimizer.kind=adam", "optimizer.lr=0.001",
+                                           "max_batches_per_epoch=3", "dataset.synthetic_train_per_class=20"});
+  std::vector<StepRecord> records;
+  BurstOptions o;
+  o.on_step = [&](const StepRecord& r) { records.push_back(r); };
+  run_config(c, o);
+  ASSERT_FALSE(records.empty());
+  EXPECT_GT(records.back().state_norm, 0.0);
+  auto s = make_scenario(c);
+  run_burst(*s, c.health, BurstOptions{});
+  const std::vector<NamedTensor> state = s->optimizer_state();
+  ASSERT_EQ(state.size(), 2 * s->model().parameters().size());
+  EXPECT_EQ(state[0].name, "fc1.weight.exp_avg");
+  EXPECT_EQ(state[1].name, "fc1.weight.exp_avg_sq");
+}
+
+TEST(Burst, GradClipMatchesLibTorch) {
+  torch::manual_seed(0);
+  std::vector<torch::Tensor> a = {torch::randn({5, 5}, torch::requires_grad()), torch::randn({3}, torch::requires_grad())};
+  std::vector<torch::Tensor> b = {a[0].detach().clone().requires_grad_(), a[1].detach().clone().requires_grad_()};
+  for (auto* v : {&a, &b}) ((*v)[0].pow(3).sum() + (*v)[1].exp().sum()).backward();
+  clip_grad_norm(a, 0.5);
+  torch::nn::utils::clip_grad_norm_(b, 0.5);
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(torch::equal(a[i].grad(), b[i].grad()));
+}
+
+}  // namespace
+}  // namespace spikehunt

@@ -1,0 +1,225 @@
+// Tests scenarios/config.h: JSON round trips, strict parsing, validation
+// messages, --set overrides, and the committed configs.
+#include <algorithm>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "scenarios/config.h"
+#include "scenarios/files.h"
+#include "test_util.h"
+
+namespace spikehunt {
+namespace {
+
+using json = nlohmann::json;
+using testing::TempDir;
+
+std::string messages(const InputError& e) { return e.what(); }
+
+// Parses and expects an InputError; returns its text.
+std::string parse_error(const json& j) {
+  try {
+    config_from_json(j, "cfg.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error for " << j.dump();
+  return "";
+}
+
+TEST(Config, DefaultsRoundTripExactly) {
+  const TrainingConfig c;
+  const json j = config_to_json(c);
+  EXPECT_EQ(config_to_json(config_from_json(j, "x")), j);
+}
+
+TEST(Config, DoublesNeedingSeventeenDigitsRoundTripBitExactly) {
+  TrainingConfig c;
+  c.optimizer.lr = 0.1 + 0.2;  // 0.30000000000000004
+  c.optimizer.momentum = 1.0 / 3.0;
+  c.activation.slope = 5e-324;  // the smallest denormal
+  c.optimizer.eps = 1.0000000000000002e-8;
+  c.seed = UINT64_MAX;
+  const std::string text = config_to_json(c).dump(2);
+  const TrainingConfig back = config_from_json(json::parse(text), "x");
+  EXPECT_EQ(back.optimizer.lr, c.optimizer.lr);
+  EXPECT_EQ(back.optimizer.momentum, c.optimizer.momentum);
+  EXPECT_EQ(back.activation.slope, c.activation.slope);
+  EXPECT_EQ(back.optimizer.eps, c.optimizer.eps);
+  EXPECT_EQ(back.seed, UINT64_MAX);
+  EXPECT_EQ(config_to_json(back).dump(2), text);
+}
+
+TEST(Config, SaveAndLoadRoundTripThroughAFile) {
+  TempDir dir;
+  TrainingConfig c = default_config();
+  c.protocol.domains = {{3}, {1, 2}, {0, 9}};
+  c.protocol.task_order = {2, 0, 1};
+  c.optimizer.kind = OptimizerKind::kAdamW;
+  save_config(c, dir.file("c.json"));
+  EXPECT_EQ(config_to_json(load_config(dir.file("c.json"))), config_to_json(c));
+}
+
+TEST(Config, CommittedDefaultEqualsTheBuiltInDefault) {
+  EXPECT_EQ(config_to_json(load_config(testing::source_path("configs/default.json"))),
+            config_to_json(default_config()));
+}
+
+TEST(Config, HealthyControlDiffersFromTheDefaultOnlyInLearningRate) {
+  json healthy = config_to_json(load_config(testing::source_path("configs/healthy.json")));
+  json base = config_to_json(default_config());
+  EXPECT_NE(healthy["optimizer"]["lr"], base["optimizer"]["lr"]);
+  healthy["optimizer"]["lr"] = base["optimizer"]["lr"];
+  healthy["name"] = base["name"];
+  EXPECT_EQ(healthy, base);
+}
+
+TEST(Config, MotivatingCaseConfigsDescribeTheReport) {
+  for (const char* name : {"configs/motivating_a_then_b.json", "configs/motivating_b_then_a.json"}) {
+    const TrainingConfig c = load_config(testing::source_path(name));
+    EXPECT_EQ(c.model.kind, "simple_cnn");
+    EXPECT_EQ(c.activation.kind, ActivationKind::kLeakyRelu);
+    EXPECT_EQ(c.activation.slope, 0.01);
+    EXPECT_EQ(c.optimizer.kind, OptimizerKind::kSgd);
+    EXPECT_EQ(c.optimizer.lr, 0.05);
+    EXPECT_EQ(c.optimizer.momentum, 0.9);
+    EXPECT_EQ(c.batch_size, 64);
+    EXPECT_EQ(c.protocol.epochs_per_phase, 10);
+    EXPECT_GT(c.protocol.relaxation_epochs, 0);
+    EXPECT_EQ(c.dataset.kind, DatasetKind::kIdx);
+    EXPECT_EQ(c.protocol.domains, (std::vector<std::vector<int64_t>>{{0, 1, 2, 3, 4}, {5, 6, 7, 8, 9}}));
+  }
+  EXPECT_EQ(load_config(testing::source_path("configs/motivating_b_then_a.json")).protocol.task_order,
+            (std::vector<int64_t>{1, 0}));
+}
+
+TEST(Config, UnknownKeysAreErrorsWithASuggestion) {
+  const std::string e = parse_error({{"optimizer", {{"lrr", 0.1}}}});
+  EXPECT_NE(e.find("error: cfg.json: optimizer.lrr is not a config field"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean \"lr\"?"), std::string::npos) << e;
+  EXPECT_NE(parse_error({{"colour", 1}}).find("colour is not a config field"), std::string::npos);
+}
+
+TEST(Config, WrongTypesNameFieldAndValue) {
+  EXPECT_NE(parse_error({{"optimizer", {{"lr", "fast"}}}}).find("optimizer.lr = \"fast\" must be a number"),
+            std::string::npos);
+  EXPECT_NE(parse_error({{"batch_size", 6.5}}).find("batch_size = 6.5 must be an integer"), std::string::npos);
+  EXPECT_NE(parse_error({{"seed", -1}}).find("seed = -1 must be an integer in [0, 2^64)"), std::string::npos);
+  EXPECT_NE(parse_error({{"activation", {{"kind", "relu6"}}}}).find("is not one of relu | leaky_relu"),
+            std::string::npos);
+  EXPECT_NE(parse_error({{"model", 3}}).find("model = 3 must be an object"), std::string::npos);
+  EXPECT_NE(parse_error(json::array()).find("must hold a JSON object"), std::string::npos);
+}
+
+TEST(Config, EveryProblemIsReportedAtOnce) {
+  try {
+    config_from_json({{"optimizer", {{"lr", "x"}, {"momentun", 0.9}}}, {"extra", 1}}, "cfg.json");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.problems().size(), 3u) << e.what();
+    EXPECT_EQ(e.file(), "cfg.json");
+  }
+}
+
+TEST(Config, ValidationNamesFieldValueAndRange) {
+  TrainingConfig c;
+  c.optimizer.lr = -0.05;
+  const std::vector<Problem> p = validate(c);
+  ASSERT_EQ(p.size(), 1u);
+  const std::string text = InputError("configs/sweep.json", p).what();
+  EXPECT_EQ(text,
+            "error: configs/sweep.json: optimizer.lr = -0.05 is not in (0, 10]\n"
+            "hint: learning rates are positive; did you mean 0.05?");
+}
+
+TEST(Config, ValidationCatchesEveryBadField) {
+  TrainingConfig c;
+  c.model.kind = "resnet";
+  c.activation.slope = 2;
+  c.optimizer.momentum = 1.0;
+  c.optimizer.nesterov = true;
+  c.optimizer.kind = OptimizerKind::kAdam;
+  c.protocol.domains = {{0, 0}, {11}};
+  c.protocol.task_order = {0, 0};
+  c.protocol.epochs_per_phase = 0;
+  c.health.window = 1;
+  c.health.grad_norm_limit = -1;
+  c.batch_size = 0;
+  c.grad_clip = -1;
+  c.threads = 0;
+  std::vector<std::string> fields;
+  for (const Problem& p : validate(c)) fields.push_back(p.field);
+  for (const char* f : {"model.kind", "activation.slope", "optimizer.momentum", "optimizer.nesterov",
+                        "protocol.domains[0]", "protocol.domains[1]", "protocol.task_order",
+                        "protocol.epochs_per_phase", "health.window", "health.grad_norm_limit", "batch_size",
+                        "grad_clip", "threads"}) {
+    EXPECT_NE(std::find(fields.begin(), fields.end(), f), fields.end()) << f;
+  }
+  EXPECT_TRUE(validate(TrainingConfig{}).empty());
+  EXPECT_TRUE(validate(default_config()).empty());
+}
+
+TEST(Config, OverridesSetNestedFieldsListsAndBareWords) {
+  const TrainingConfig c = default_config({"optimizer.lr=0.01", "optimizer.kind=adam", "protocol.task_order=[1,0]",
+                                           "seed=7", "optimizer.nesterov=false", "name=my run"});
+  EXPECT_EQ(c.optimizer.lr, 0.01);
+  EXPECT_EQ(c.optimizer.kind, OptimizerKind::kAdam);
+  EXPECT_EQ(c.protocol.task_order, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(c.seed, 7u);
+  EXPECT_EQ(c.name, "my run");
+}
+
+TEST(Config, BadOverridesAreErrorsNamingSet) {
+  auto error_of = [](const std::vector<std::string>& sets) {
+    try {
+      default_config(sets);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of({"optimizr.lr=1"}).find("error: --set: optimizr is not a config field"), std::string::npos);
+  EXPECT_NE(error_of({"optimizr.lr=1"}).find("did you mean \"optimizer\"?"), std::string::npos);
+  EXPECT_NE(error_of({"lr"}).find("is not key=value"), std::string::npos);
+  EXPECT_NE(error_of({"model=3"}).find("is a group of fields"), std::string::npos);
+  EXPECT_NE(error_of({"optimizer.lr=-1"}).find("optimizer.lr = -1 is not in (0, 10]"), std::string::npos);
+}
+
+TEST(Config, LoadReportsMissingFilesAndBadJsonWithTheirNames) {
+  TempDir dir;
+  try {
+    load_config(dir.file("missing.json"));
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.json: cannot be read"), std::string::npos) << e.what();
+  }
+  testing::write_bytes(dir.file("bad.json"), "{\n  \"seed\": 1,\n}\n");
+  try {
+    load_config(dir.file("bad.json"));
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not valid JSON: parse error at line 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Files, AtomicWriteLeavesNoTempFileAndReplacesContent) {
+  TempDir dir;
+  write_file_atomic(dir.file("a"), "one");
+  write_file_atomic(dir.file("a"), "two");
+  EXPECT_EQ(read_file(dir.file("a")), "two");
+  EXPECT_THROW(write_file_atomic(dir.file("no/such/dir/a"), "x"), std::runtime_error);
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++entries;
+  EXPECT_EQ(entries, 1);
+}
+
+TEST(Files, EditDistance) {
+  EXPECT_EQ(edit_distance("momentun", "momentum"), 1u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+}
+
+}  // namespace
+}  // namespace spikehunt

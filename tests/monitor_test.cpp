@@ -1,0 +1,228 @@
+// Tests harness/monitor.h: per-tensor statistics against an element-by-element
+// double-precision reference, fault localization in every stage, and that the
+// record's numbers agree with each other.
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "harness/burst.h"
+#include "harness/monitor.h"
+#include "test_util.h"
+
+namespace spikehunt {
+namespace {
+
+using testing::Plant;
+using testing::PlantedScenario;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+struct Reference {
+  double norm = 0, max_abs = 0;
+  int64_t nan = 0, pos_inf = 0, neg_inf = 0;
+};
+
+// Element by element in double (long double for the sum of squares).
+Reference reference(const torch::Tensor& t) {
+  Reference r;
+  const torch::Tensor d = t.to(torch::kFloat64).contiguous();
+  const double* p = d.data_ptr<double>();
+  long double sq = 0;
+  bool any_nan = false;
+  for (int64_t i = 0; i < d.numel(); ++i) {
+    const double x = p[i];
+    if (std::isnan(x)) ++r.nan, any_nan = true;
+    else if (std::isinf(x)) ++(x > 0 ? r.pos_inf : r.neg_inf);
+    r.max_abs = std::max(r.max_abs, std::fabs(x));
+    sq += static_cast<long double>(x) * x;
+  }
+  if (any_nan) r.max_abs = std::numeric_limits<double>::quiet_NaN();
+  r.norm = any_nan ? std::numeric_limits<double>::quiet_NaN() : static_cast<double>(std::sqrt(sq));
+  return r;
+}
+
+// Compares the monitor's statistics with the reference: max |x| and counts
+// exactly, the norm within `rel` relative error (reported as the largest difference).
+void expect_matches(const torch::Tensor& t, double rel, const std::string& what) {
+  const Reference ref = reference(t);
+  const TensorSummary s = summarize(t);
+  EXPECT_EQ(s.numel, t.numel()) << what;
+  EXPECT_EQ(s.counts.nan, ref.nan) << what;
+  EXPECT_EQ(s.counts.pos_inf, ref.pos_inf) << what;
+  EXPECT_EQ(s.counts.neg_inf, ref.neg_inf) << what;
+  if (std::isnan(ref.max_abs)) {
+    EXPECT_TRUE(std::isnan(s.max_abs)) << what;
+    EXPECT_TRUE(std::isnan(s.norm)) << what;
+  } else {
+    EXPECT_EQ(s.max_abs, ref.max_abs) << what;
+    if (std::isinf(ref.norm) || ref.norm == 0) {
+      EXPECT_EQ(s.norm, ref.norm) << what;
+    } else {
+      const double diff = std::fabs(s.norm - ref.norm) / ref.norm;
+      EXPECT_LE(diff, rel) << what << ": norm " << s.norm << " vs reference " << ref.norm
+                           << ", largest relative difference " << diff;
+    }
+  }
+  EXPECT_EQ(s.finite(), ref.nan + ref.pos_inf + ref.neg_inf == 0) << what;
+}
+
+TEST(TensorStats, MatchDoubleReferenceOnPlantedTensors) {
+  torch::manual_seed(0);
+  const torch::Tensor normal = torch::randn({1000});
+  torch::Tensor with_nan = normal.clone();
+  with_nan[3] = kNaN;
+  with_nan[500] = kNaN;
+  torch::Tensor with_inf = normal.clone();
+  with_inf[7] = kInf;
+  with_inf[8] = -kInf;
+  with_inf[9] = -kInf;
+  torch::Tensor mixed = torch::zeros({4, 5});
+  mixed[0][0] = kNaN;
+  mixed[1][1] = kInf;
+  mixed[2][2] = -kInf;
+  mixed[3][3] = 1e30f;
+  const torch::Tensor huge = torch::full({1000}, 1e36f);  // float32 sum of squares overflows
+  const torch::Tensor denormal = torch::full({100}, 1e-40f);
+  const torch::Tensor empty = torch::empty({0, 3});
+  const torch::Tensor doubles = torch::full({10}, 1e200, torch::kFloat64);  // double squares overflow
+  for (auto [name, t] : std::vector<std::pair<std::string, torch::Tensor>>{
+           {"normal", normal}, {"nan", with_nan}, {"inf", with_inf}, {"mixed", mixed}, {"huge", huge},
+           {"denormal", denormal}, {"empty", empty}, {"doubles", doubles},
+           {"strided", normal.view({10, 100}).t()}}) {
+    expect_matches(t, 1e-12, name);
+  }
+}
+
+TEST(TensorStats, FiniteHugeTensorIsFiniteWithItsTrueNorm) {
+  const TensorSummary s = summarize(torch::full({1000}, 1e36f));
+  EXPECT_TRUE(s.finite());
+  EXPECT_TRUE(std::isfinite(s.norm));
+  EXPECT_NEAR(s.norm / (1e36 * std::sqrt(1000.0)), 1.0, 1e-6);  // 1e36f is not exactly 1e36
+  EXPECT_TRUE(std::isinf(torch::full({1000}, 1e36f).norm().item<float>())) << "float32 norm would overflow";
+}
+
+TEST(TensorStats, DenormalsAreNotFlushed) {
+  const TensorSummary s = summarize(torch::full({4}, 1e-40f));
+  EXPECT_GT(s.max_abs, 0.0);
+  EXPECT_GT(s.norm, 0.0);
+}
+
+TEST(TensorStats, HalfAndBFloat16MatchTheReference) {
+  torch::manual_seed(1);
+  for (auto dtype : {torch::kFloat16, torch::kBFloat16}) {
+    torch::Tensor t = (torch::randn({257}) * 100).to(dtype);
+    t[10] = kNaN;
+    expect_matches(t, 1e-12, std::string(c10::toString(dtype)) + " with NaN");
+    torch::Tensor u = (torch::randn({257}) * 100).to(dtype);
+    u[11] = -kInf;
+    expect_matches(u, 1e-12, std::string(c10::toString(dtype)) + " with -Inf");
+    expect_matches((torch::randn({257}) * 1e3).to(dtype), 1e-12, c10::toString(dtype));
+  }
+}
+
+// ---- localization ----
+
+BurstResult run_planted(Plant plant, int64_t at) {
+  PlantedScenario s(plant, at, /*steps=*/10);
+  return run_burst(s, HealthRules{}, BurstOptions{});
+}
+
+TEST(Localization, NaNInAForwardTap) {
+  const BurstResult r = run_planted(Plant::kForwardNaN, 3);
+  ASSERT_EQ(r.verdict.outcome, Outcome::kNonFinite);
+  EXPECT_EQ(r.verdict.failure_step, 3);
+  ASSERT_TRUE(r.verdict.fault);
+  EXPECT_EQ(r.verdict.fault->tensor, "fc1_act");
+  EXPECT_EQ(r.verdict.fault->stage, Stage::kForward);
+  EXPECT_EQ(r.verdict.fault->nan, 1);
+  EXPECT_EQ(r.verdict.fault->numel, 8 * 8);
+  EXPECT_EQ(r.verdict.steps_run, 4) << "the burst stops at the first non-finite step";
+}
+
+TEST(Localization, LogOfZeroInTheLoss) {
+  const BurstResult r = run_planted(Plant::kLogZeroLoss, 2);
+  ASSERT_TRUE(r.verdict.fault);
+  EXPECT_EQ(r.verdict.fault->tensor, "loss");
+  EXPECT_EQ(r.verdict.fault->stage, Stage::kLoss);
+  EXPECT_EQ(r.verdict.fault->pos_inf, 1);
+  EXPECT_EQ(r.verdict.failure_step, 2);
+}
+
+TEST(Localization, NonFiniteGradientWithFiniteForward) {
+  const BurstResult r = run_planted(Plant::kSqrtZeroGrad, 4);
+  ASSERT_TRUE(r.verdict.fault);
+  EXPECT_EQ(r.verdict.fault->tensor, "zero.grad");
+  EXPECT_EQ(r.verdict.fault->stage, Stage::kBackward);
+  EXPECT_EQ(r.verdict.fault->nan + r.verdict.fault->pos_inf + r.verdict.fault->neg_inf, 4);
+}
+
+TEST(Localization, OptimizerStepThatOverflows) {
+  const BurstResult r = run_planted(Plant::kOverflowStep, 5);
+  ASSERT_TRUE(r.verdict.fault);
+  EXPECT_EQ(r.verdict.fault->stage, Stage::kOptimizerStep);
+  EXPECT_EQ(r.verdict.fault->tensor, "fc1.weight");
+  EXPECT_GT(r.verdict.fault->pos_inf + r.verdict.fault->neg_inf + r.verdict.fault->nan, 0);
+  const StepRecord* bad = r.trace.find(5);
+  ASSERT_NE(bad, nullptr);
+  EXPECT_TRUE(std::isfinite(bad->grad_norm)) << "the gradients were finite";
+  EXPECT_TRUE(std::isfinite(bad->param_norm_before));
+}
+
+TEST(Localization, ThrowingTrainingCodeIsACrashVerdict) {
+  const BurstResult r = run_planted(Plant::kThrow, 2);
+  EXPECT_EQ(r.verdict.outcome, Outcome::kCrashed);
+  EXPECT_NE(r.verdict.message.find("planted failure in forward"), std::string::npos);
+  EXPECT_EQ(r.verdict.steps_run, 2);
+}
+
+// ---- record consistency ----
+
+TEST(Monitor, RecordNumbersAgree) {
+  PlantedScenario s(Plant::kNone, -1, 6);
+  const BurstResult r = run_burst(s, HealthRules{}, BurstOptions{});
+  ASSERT_EQ(r.verdict.outcome, Outcome::kHealthy);
+  ASSERT_EQ(r.trace.recent().size(), 6u);
+  const StepRecord* prev = nullptr;
+  for (const StepRecord& rec : r.trace.recent()) {
+    double sq = 0, gmax = 0;
+    for (const LayerStats& l : rec.layers) sq += l.grad_norm * l.grad_norm, gmax = std::max(gmax, l.grad_max);
+    EXPECT_DOUBLE_EQ(rec.grad_norm, std::sqrt(sq));
+    EXPECT_EQ(rec.grad_max, gmax);
+    int64_t labels = 0;
+    for (int64_t n : rec.label_histogram) labels += n;
+    EXPECT_EQ(labels, 8);
+    EXPECT_EQ(rec.taps.size(), 2u);
+    EXPECT_EQ(rec.taps[0].name, "fc1_act");
+    if (prev != nullptr) {
+      // The parameters entering a step are the ones the previous step left.
+      for (size_t i = 0; i < rec.layers.size(); ++i) {
+        EXPECT_EQ(rec.layers[i].param_norm_before, prev->layers[i].param_norm_after) << rec.layers[i].name;
+      }
+      EXPECT_GT(rec.state_max, 0.0) << "SGD momentum buffers exist after the first step";
+    }
+    prev = &rec;
+  }
+}
+
+TEST(Monitor, HashesAreXxh3OfTheBatchBytes) {
+  PlantedScenario s(Plant::kNone, -1, 1);
+  std::optional<Batch> b = s.next_batch();
+  Monitor m(s, HealthRules{});
+  m.begin_step(*b);
+  auto out = s.forward(b->inputs, m.tap());
+  auto loss = s.loss(out, b->targets);
+  m.after_loss(loss);
+  loss.backward();
+  m.after_backward();
+  s.optimizer().step();
+  const StepRecord r = m.finish_step();
+  EXPECT_EQ(r.input_hash, hash_bytes(b->host_inputs.data_ptr(), b->host_inputs.nbytes()));
+  EXPECT_EQ(r.label_hash, hash_bytes(b->host_targets.data_ptr(), b->host_targets.nbytes()));
+  EXPECT_EQ(m.hash_chain(), chain(Hash128{}, r.input_hash, r.label_hash));
+  EXPECT_DOUBLE_EQ(r.loss, loss.item<double>());
+}
+
+}  // namespace
+}  // namespace spikehunt

@@ -1,0 +1,110 @@
+#include "test_util.h"
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <stdexcept>
+
+namespace spikehunt::testing {
+
+struct PlantedScenario::Net : torch::nn::Module {
+  Net() {
+    fc1 = register_module("fc1", torch::nn::Linear(16, 8));
+    out = register_module("out", torch::nn::Linear(8, 4));
+    zero = register_parameter("zero", torch::zeros({4}));
+  }
+  torch::nn::Linear fc1{nullptr}, out{nullptr};
+  torch::Tensor zero;
+};
+
+PlantedScenario::PlantedScenario(Plant plant, int64_t plant_step, int64_t steps)
+    : plant_(plant), plant_step_(plant_step), steps_(steps) {
+  torch::manual_seed(0);
+  net_ = std::make_shared<Net>();
+  optimizer_ = std::make_unique<torch::optim::SGD>(net_->parameters(),
+                                                   torch::optim::SGDOptions(0.1).momentum(0.9));
+}
+
+PlantedScenario::~PlantedScenario() = default;
+
+torch::nn::Module& PlantedScenario::model() { return *net_; }
+torch::optim::Optimizer& PlantedScenario::optimizer() { return *optimizer_; }
+
+torch::Tensor PlantedScenario::forward(const torch::Tensor& inputs, const Tap& tap) {
+  const bool now = step_ == plant_step_;
+  TORCH_CHECK(!(now && plant_ == Plant::kThrow), "planted failure in forward");
+  torch::Tensor h = torch::relu(net_->fc1->forward(inputs));
+  if (now && plant_ == Plant::kForwardNaN) {
+    torch::Tensor mask = torch::zeros_like(h);
+    mask.index_put_({0, 0}, std::numeric_limits<float>::quiet_NaN());
+    h = h + mask;
+  }
+  tap("fc1_act", h);
+  torch::Tensor logits = net_->out->forward(h);
+  if (now && plant_ == Plant::kSqrtZeroGrad) logits = logits + torch::sqrt(net_->zero);
+  tap("out_logits", logits);
+  if (now && plant_ == Plant::kOverflowStep) {
+    // Near float32's max: with the loss scaled up below, lr x grad overflows.
+    for (auto& group : optimizer_->param_groups()) group.options().set_lr(3e38);
+  }
+  return logits;
+}
+
+torch::Tensor PlantedScenario::loss(const torch::Tensor& outputs, const torch::Tensor& targets) {
+  if (step_ == plant_step_ && plant_ == Plant::kLogZeroLoss) {
+    // -log(softmax) with sharpened logits: some probabilities underflow to exactly 0.
+    return -torch::log(torch::softmax(outputs * 1e4, 1)).mean();
+  }
+  if (step_ == plant_step_ && plant_ == Plant::kOverflowStep) return Scenario::loss(outputs, targets) * 1e4;
+  return Scenario::loss(outputs, targets);
+}
+
+std::optional<Batch> PlantedScenario::next_batch() {
+  if (++step_ >= steps_) return std::nullopt;
+  torch::manual_seed(1000 + step_);
+  Batch b;
+  b.inputs = b.host_inputs = torch::randn({8, 16});
+  b.targets = b.host_targets = torch::randint(0, 4, {8}, torch::kInt64);
+  b.step = step_;
+  b.batch = step_;
+  return b;
+}
+
+TempDir::TempDir() {
+  char pattern[] = "/tmp/spikehunt-test-XXXXXX";
+  if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+CommandResult run_spikehunt(const std::string& args) {
+  const std::string command = std::string(SPIKEHUNT_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) throw std::runtime_error("popen failed: " + command);
+  CommandResult r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string source_path(const std::string& relative) {
+  return std::string(SPIKEHUNT_SOURCE_DIR) + "/" + relative;
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace spikehunt::testing

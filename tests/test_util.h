@@ -1,0 +1,67 @@
+// test_util.h — helpers shared by the tests: a tiny scenario that plants a
+// fault in a chosen stage at a chosen step, temp folders, and running the
+// spikehunt binary.
+#pragma once
+
+#include <string>
+
+#include "scenarios/scenario.h"
+
+namespace spikehunt::testing {
+
+enum class Plant {
+  kNone,
+  kForwardNaN,    // one NaN in the fc1_act tap
+  kLogZeroLoss,   // hand-written cross-entropy without epsilon: log(0) = -inf
+  kSqrtZeroGrad,  // sqrt(0) in the forward: finite output, infinite gradient
+  kOverflowStep,  // finite gradients, but lr x grad overflows float32 in the optimizer step
+  kThrow,         // the training code throws
+};
+
+// A 16 -> 8 -> 4 MLP on fixed random batches of 8, with SGD (lr 0.1,
+// momentum 0.9); `plant` happens at step `plant_step`.
+class PlantedScenario : public Scenario {
+ public:
+  PlantedScenario(Plant plant, int64_t plant_step, int64_t steps);
+  ~PlantedScenario() override;
+
+  torch::nn::Module& model() override;
+  torch::optim::Optimizer& optimizer() override;
+  torch::Tensor forward(const torch::Tensor& inputs, const Tap& tap) override;
+  torch::Tensor loss(const torch::Tensor& outputs, const torch::Tensor& targets) override;
+  std::optional<Batch> next_batch() override;
+  int64_t planned_steps() const override { return steps_; }
+  std::vector<std::string> phase_names() const override { return {"only"}; }
+  int64_t num_classes() const override { return 4; }
+
+ private:
+  struct Net;
+  Plant plant_;
+  int64_t plant_step_, steps_, step_ = -1;
+  std::shared_ptr<Net> net_;
+  std::unique_ptr<torch::optim::SGD> optimizer_;
+};
+
+// A fresh empty folder under /tmp, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+// Runs the spikehunt binary with `args` (a shell-quoted string).
+CommandResult run_spikehunt(const std::string& args);
+
+std::string source_path(const std::string& relative);  // path inside the repository
+void write_bytes(const std::string& path, const std::string& bytes);
+
+}  // namespace spikehunt::testing
