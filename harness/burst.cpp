@@ -48,9 +48,6 @@ void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
   for (torch::Tensor& g : grads) g.mul_(coef);
 }
 
-namespace {
-
-// One optimizer step; `monitor` may be null (plain training).
 torch::Tensor train_step(Scenario& s, const Batch& b, Monitor* monitor) {
   s.optimizer().zero_grad();
   torch::Tensor out = s.forward(b.inputs, monitor ? monitor->tap() : Tap());
@@ -62,8 +59,6 @@ torch::Tensor train_step(Scenario& s, const Batch& b, Monitor* monitor) {
   s.optimizer().step();
   return loss;
 }
-
-}  // namespace
 
 BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstOptions& options) {
   BurstResult result{Verdict{}, Trace(options.trace_capacity), std::nullopt, std::nullopt};

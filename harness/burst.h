@@ -19,6 +19,8 @@
 
 namespace spikehunt {
 
+class Monitor;
+
 struct BurstOptions {
   bool monitor = true;       // false: plain training, no taps and no statistics
   bool keep_states = false;  // keep the last healthy and first bad model+optimizer state
@@ -46,6 +48,11 @@ std::vector<NamedTensor> capture_state(Scenario& scenario);
 // Clips gradients to a global L2 norm like torch::nn::utils::clip_grad_norm_,
 // but without its host sync.
 void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
+// One optimizer step: zero_grad, forward (taps to `monitor`), loss, backward,
+// clipping, step. `monitor` may be null (plain training); the caller brackets
+// it with monitor->begin_step() and monitor->finish_step().
+torch::Tensor train_step(Scenario& scenario, const Batch& batch, Monitor* monitor);
 
 BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstOptions& options);
 

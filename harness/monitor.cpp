@@ -2,28 +2,82 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+
+#include <cstring>
 
 namespace spikehunt {
 
 // ---- per-tensor statistics ----
 
-torch::Tensor max_abs_scalar(const torch::Tensor& t) {
-  if (t.numel() == 0) return torch::zeros({}, t.options().dtype(torch::kFloat64));
-  return t.detach().abs().max().to(torch::kFloat64);  // max propagates NaN
+namespace {
+
+typedef float F32x4 __attribute__((vector_size(16)));
+typedef double F64x4 __attribute__((vector_size(32)));
+
+// {L2 norm, max |x|} of contiguous float32 memory in one pass: squares summed
+// in double lanes (so 1e36s stay finite), NaN found through the sum.
+std::pair<double, double> stats_f32(const float* p, int64_t n) {
+  F64x4 s0 = {0, 0, 0, 0}, s1 = {0, 0, 0, 0};
+  F32x4 m0 = {0, 0, 0, 0}, m1 = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    F32x4 a, b;
+    std::memcpy(&a, p + i, sizeof a);
+    std::memcpy(&b, p + i + 4, sizeof b);
+    const F64x4 da = __builtin_convertvector(a, F64x4), db = __builtin_convertvector(b, F64x4);
+    s0 += da * da;
+    s1 += db * db;
+    a = a < 0 ? -a : a;
+    b = b < 0 ? -b : b;
+    m0 = a > m0 ? a : m0;
+    m1 = b > m1 ? b : m1;
+  }
+  double sq = 0;
+  float mx = 0;
+  for (int k = 0; k < 4; ++k) {
+    sq += s0[k] + s1[k];
+    mx = std::max(mx, std::max(m0[k], m1[k]));
+  }
+  for (; i < n; ++i) {
+    const float a = std::fabs(p[i]);
+    mx = a > mx ? a : mx;
+    sq += double(a) * double(a);
+  }
+  if (std::isnan(sq)) return {sq, sq};
+  return {std::sqrt(sq), double(mx)};
 }
 
-torch::Tensor norm_scalar(const torch::Tensor& t) {
+}  // namespace
+
+torch::Tensor max_abs_stat(const torch::Tensor& t) {
+  if (t.numel() == 0) return torch::zeros({1}, t.options().dtype(torch::kFloat64));
+  const auto [lo, hi] = torch::aminmax(t.detach());  // one vectorized pass; propagates NaN
+  return torch::maximum(-lo, hi).to(torch::kFloat64).reshape({1});
+}
+
+torch::Tensor tensor_stats(const torch::Tensor& t) {
   torch::Tensor x = t.detach();
-  if (x.numel() == 0) return torch::zeros({}, x.options().dtype(torch::kFloat64));
-  if (x.scalar_type() == torch::kFloat64) {
-    // A double's square can overflow: scale by max |x| first.
-    torch::Tensor m = x.abs().max();
-    torch::Tensor safe = torch::where(m > 0, m, torch::ones_like(m));
-    torch::Tensor n = torch::linalg_vector_norm(x / safe, 2) * safe;
-    return torch::where(torch::isinf(m), m, n);  // an Inf stays Inf, not NaN
+  if (x.numel() == 0) return torch::zeros({2}, x.options().dtype(torch::kFloat64));
+  if (x.is_cpu() && x.scalar_type() == torch::kFloat32 && x.is_contiguous()) {
+    const auto [norm, max] = stats_f32(x.data_ptr<float>(), x.numel());
+    torch::Tensor out = torch::empty({2}, torch::kFloat64);
+    out.data_ptr<double>()[0] = norm;
+    out.data_ptr<double>()[1] = max;
+    return out;
   }
-  // float32/16/bf16: squares of a float32 fit a double, so plain accumulation is exact enough.
-  return torch::linalg_vector_norm(x, 2, c10::nullopt, false, torch::kFloat64);
+  if (!x.is_floating_point()) x = x.to(torch::kFloat64);
+  const torch::Tensor m = x.abs().max();  // max propagates NaN
+  torch::Tensor norm;
+  if (x.scalar_type() == torch::kFloat64) {
+    // A double's square can overflow: scale by max |x| first; an Inf stays Inf.
+    const torch::Tensor safe = torch::where(m > 0, m, torch::ones_like(m));
+    norm = torch::where(torch::isinf(m), m, torch::linalg_vector_norm(x / safe, 2) * safe);
+  } else {
+    // Squares of float32/16/bf16 values fit a double: accumulate there.
+    norm = torch::linalg_vector_norm(x, 2, c10::nullopt, false, torch::kFloat64);
+  }
+  return torch::stack({norm, m.to(torch::kFloat64)});
 }
 
 NonFiniteCounts count_non_finite(const torch::Tensor& t) {
@@ -37,10 +91,10 @@ TensorSummary summarize(const torch::Tensor& t) {
   TensorSummary s;
   s.numel = t.numel();
   if (s.numel == 0) return s;
-  torch::Tensor x = t.is_floating_point() ? t : t.to(torch::kFloat64);
-  s.norm = norm_scalar(x).item<double>();
-  s.max_abs = max_abs_scalar(x).item<double>();
-  s.counts = count_non_finite(x);
+  const torch::Tensor stats = tensor_stats(t).to(torch::kCPU);
+  s.norm = stats[0].item<double>();
+  s.max_abs = stats[1].item<double>();
+  s.counts = count_non_finite(t);
   return s;
 }
 
@@ -52,9 +106,20 @@ Monitor::Monitor(Scenario& scenario, const HealthRules& rules)
       phase_names_(scenario.phase_names()),
       judge_(rules) {}
 
-int Monitor::push(torch::Tensor scalar) {
-  scalars_.push_back(std::move(scalar));
-  return static_cast<int>(scalars_.size()) - 1;
+int Monitor::push_stats(const torch::Tensor& t) {
+  pending_.push_back(tensor_stats(t));
+  slots_ += 2;
+  return slots_ - 2;
+}
+
+int Monitor::push_max(const torch::Tensor& t) {
+  pending_.push_back(max_abs_stat(t));
+  return slots_++;
+}
+
+int Monitor::push_scalar(torch::Tensor scalar) {
+  pending_.push_back(scalar.to(torch::kFloat64).reshape({1}));
+  return slots_++;
 }
 
 void Monitor::check(Stage stage, std::string name, const torch::Tensor& t, int slot) {
@@ -64,7 +129,8 @@ void Monitor::check(Stage stage, std::string name, const torch::Tensor& t, int s
 void Monitor::begin_step(const Batch& batch) {
   torch::NoGradGuard no_grad;
   record_ = StepRecord{};
-  scalars_.clear();
+  pending_.clear();
+  slots_ = 0;
   checks_.clear();
   taps_.clear();
   layers_.assign(params_.size(), LayerSlots{});
@@ -87,20 +153,20 @@ void Monitor::begin_step(const Batch& batch) {
       if (y[i] >= 0 && y[i] < scenario_.num_classes()) ++record_.label_histogram[y[i]];
     }
   }
-  input_slot_ = push(max_abs_scalar(batch.inputs));
+  input_slot_ = push_max(batch.inputs);
   check(Stage::kForward, "input", batch.inputs, input_slot_);
 }
 
 void Monitor::on_tap(const char* name, const torch::Tensor& t) {
   torch::NoGradGuard no_grad;
-  const int slot = push(max_abs_scalar(t));
+  const int slot = push_max(t);
   taps_.emplace_back(name, slot);
   check(Stage::kForward, name, t, slot);
 }
 
 void Monitor::after_loss(const torch::Tensor& loss) {
   torch::NoGradGuard no_grad;
-  loss_slot_ = push(loss.detach().to(torch::kFloat64).reshape({}));
+  loss_slot_ = push_scalar(loss.detach());
   check(Stage::kLoss, "loss", loss, loss_slot_);
 }
 
@@ -110,35 +176,32 @@ void Monitor::after_backward() {
   for (size_t i = params_.size(); i-- > 0;) {
     const torch::Tensor& g = params_[i].tensor.grad();
     if (!g.defined()) continue;
-    LayerSlots& l = layers_[i];
-    l.grad_norm = push(norm_scalar(g));
-    l.grad_max = push(max_abs_scalar(g));
-    check(Stage::kBackward, params_[i].name + ".grad", g, l.grad_norm);
+    layers_[i].grad = push_stats(g);
+    check(Stage::kBackward, params_[i].name + ".grad", g, layers_[i].grad);
   }
-  for (size_t i = 0; i < params_.size(); ++i) layers_[i].before = push(norm_scalar(params_[i].tensor));
+  for (size_t i = 0; i < params_.size(); ++i) layers_[i].before = push_stats(params_[i].tensor);
 }
 
 StepRecord Monitor::finish_step() {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
-    LayerSlots& l = layers_[i];
-    l.after = push(norm_scalar(params_[i].tensor));
-    check(Stage::kOptimizerStep, params_[i].name, params_[i].tensor, l.after);
+    layers_[i].after = push_stats(params_[i].tensor);
+    check(Stage::kOptimizerStep, params_[i].name, params_[i].tensor, layers_[i].after);
   }
   size_t p = 0;  // state tensors are named "<param>.<buffer>", in parameter order
   for (const NamedTensor& s : scenario_.optimizer_state()) {
     while (p < params_.size() && s.name.compare(0, params_[p].name.size() + 1, params_[p].name + ".") != 0) ++p;
     if (p == params_.size()) break;
-    const int n = push(norm_scalar(s.tensor));
-    layers_[p].state_norm.push_back(n);
-    layers_[p].state_max.push_back(push(max_abs_scalar(s.tensor)));
-    check(Stage::kOptimizerStep, s.name, s.tensor, n);
+    const int slot = push_stats(s.tensor);
+    layers_[p].state.push_back(slot);
+    check(Stage::kOptimizerStep, s.name, s.tensor, slot);
   }
 
   // The one host copy of the step.
-  const torch::Tensor host = torch::stack(scalars_).to(torch::kCPU);
+  const torch::Tensor host = torch::cat(pending_).to(torch::kCPU);
   const double* v = host.data_ptr<double>();
   auto at = [&](int slot) { return slot < 0 ? 0.0 : v[slot]; };
+  auto max_at = [&](int slot) { return slot < 0 ? 0.0 : v[slot + 1]; };
 
   // max that propagates NaN, like the device reductions
   auto fold_max = [](double acc, double x) { return std::isnan(x) || std::isnan(acc) ? NAN : std::max(acc, x); };
@@ -155,14 +218,16 @@ StepRecord Monitor::finish_step() {
     LayerStats l;
     l.name = params_[i].name;
     l.is_weight = params_[i].tensor.dim() >= 2;
-    l.grad_norm = at(s.grad_norm);
-    l.grad_max = at(s.grad_max);
+    l.grad_norm = at(s.grad);
+    l.grad_max = max_at(s.grad);
     l.param_norm_before = at(s.before);
     l.param_norm_after = at(s.after);
     double sq = 0;
-    for (int k : s.state_norm) sq += at(k) * at(k);
+    for (int k : s.state) {
+      sq += at(k) * at(k);
+      l.state_max = fold_max(l.state_max, max_at(k));
+    }
     l.state_norm = std::sqrt(sq);
-    for (int k : s.state_max) l.state_max = fold_max(l.state_max, at(k));
     grad_sq += l.grad_norm * l.grad_norm;
     before_sq += l.param_norm_before * l.param_norm_before;
     after_sq += l.param_norm_after * l.param_norm_after;
@@ -185,7 +250,7 @@ StepRecord Monitor::finish_step() {
   }
   judge_.judge(r);
   checks_.clear();  // release the step's tensors
-  scalars_.clear();
+  pending_.clear();
   return std::move(record_);
 }
 

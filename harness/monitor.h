@@ -25,9 +25,13 @@ namespace spikehunt {
 
 // ---- per-tensor statistics ----
 
-// 0-dim float64 tensors on t's device; no host sync.
-torch::Tensor norm_scalar(const torch::Tensor& t);     // L2, accumulated in double (0 if empty)
-torch::Tensor max_abs_scalar(const torch::Tensor& t);  // max |x| (NaN if any NaN; 0 if empty)
+// {L2 norm accumulated in double, max |x|} of t as a (2,) float64 tensor on
+// t's device, without a host sync. Any NaN makes both NaN; an empty tensor
+// gives {0, 0}. Contiguous float32 tensors on the CPU take a fused one-pass
+// kernel; everything else takes LibTorch reductions on its device.
+torch::Tensor tensor_stats(const torch::Tensor& t);
+// {max |x|} as a (1,) float64 tensor (NaN if any NaN; 0 if empty): activations need no norm.
+torch::Tensor max_abs_stat(const torch::Tensor& t);
 
 struct NonFiniteCounts {
   int64_t nan = 0;
@@ -68,12 +72,15 @@ class Monitor : public TapSink {
     torch::Tensor tensor;
     int slot;  // its norm or max |x|: non-finite iff the tensor is
   };
-  struct LayerSlots {
-    int grad_norm = -1, grad_max = -1, before = -1, after = -1;
-    std::vector<int> state_norm, state_max;
+  struct LayerSlots {  // norm slots; the max of each is the next slot
+    int grad = -1, before = -1, after = -1;
+    std::vector<int> state;
   };
 
-  int push(torch::Tensor scalar);
+  // Queues t's statistics; returns the slot of its norm (max |x| is slot + 1).
+  int push_stats(const torch::Tensor& t);
+  int push_max(const torch::Tensor& t);   // queues max |x|; returns its slot
+  int push_scalar(torch::Tensor scalar);  // a 0-dim tensor
   void check(Stage stage, std::string name, const torch::Tensor& t, int slot);
 
   Scenario& scenario_;
@@ -83,7 +90,8 @@ class Monitor : public TapSink {
   Hash128 chain_;
   // this step
   StepRecord record_;
-  std::vector<torch::Tensor> scalars_;
+  std::vector<torch::Tensor> pending_;  // (2,) stats and 0-dim scalars, concatenated once
+  int slots_ = 0;
   std::vector<Check> checks_;
   std::vector<LayerSlots> layers_;
   std::vector<std::pair<std::string, int>> taps_;

@@ -11,7 +11,6 @@ packages=(
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
   dataset-fashion-mnist
   libxxhash-dev nlohmann-json3-dev libcli11-dev libsqlite3-dev zlib1g-dev
-  python3
 )
 
 missing=()
