@@ -123,7 +123,15 @@ int Monitor::push_scalar(torch::Tensor scalar) {
 }
 
 void Monitor::check(Stage stage, std::string name, const torch::Tensor& t, int slot) {
-  checks_.push_back({stage, std::move(name), t.detach(), slot});
+  Check c{stage, std::move(name), {}, slot, t.numel(), std::nullopt};
+  if (t.is_cpu()) {
+    // On the CPU the statistic is already computed: look at it now and keep
+    // nothing (holding activations past the backward pass costs page faults).
+    if (!std::isfinite(pending_.back().data_ptr<double>()[0])) c.counts = count_non_finite(t);
+  } else {
+    c.tensor = t.detach();  // read after the step's one host copy
+  }
+  checks_.push_back(std::move(c));
 }
 
 void Monitor::begin_step(const Batch& batch) {
@@ -244,8 +252,8 @@ StepRecord Monitor::finish_step() {
   // Localize: the first non-finite tensor in stage order. Counts only now.
   for (const Check& c : checks_) {
     if (std::isfinite(at(c.slot))) continue;
-    const NonFiniteCounts n = count_non_finite(c.tensor);
-    r.fault = Fault{c.name, c.stage, n.nan, n.pos_inf, n.neg_inf, c.tensor.numel()};
+    const NonFiniteCounts n = c.counts ? *c.counts : count_non_finite(c.tensor);
+    r.fault = Fault{c.name, c.stage, n.nan, n.pos_inf, n.neg_inf, c.numel};
     break;
   }
   judge_.judge(r);

@@ -14,6 +14,7 @@
 //   StepRecord r = monitor.finish_step();
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,8 +70,10 @@ class Monitor : public TapSink {
   struct Check {  // a tensor whose finiteness localizes a fault, in stage order
     Stage stage;
     std::string name;
-    torch::Tensor tensor;
-    int slot;  // its norm or max |x|: non-finite iff the tensor is
+    torch::Tensor tensor;  // kept only off the CPU, to count after the host copy
+    int slot;              // its norm or max |x|: non-finite iff the tensor is
+    int64_t numel;
+    std::optional<NonFiniteCounts> counts;  // on the CPU, counted at once when non-finite
   };
   struct LayerSlots {  // norm slots; the max of each is the next slot
     int grad = -1, before = -1, after = -1;
@@ -81,6 +84,7 @@ class Monitor : public TapSink {
   int push_stats(const torch::Tensor& t);
   int push_max(const torch::Tensor& t);   // queues max |x|; returns its slot
   int push_scalar(torch::Tensor scalar);  // a 0-dim tensor
+  // Registers t, whose statistic was just pushed at `slot`, for fault localization.
   void check(Stage stage, std::string name, const torch::Tensor& t, int slot);
 
   Scenario& scenario_;
