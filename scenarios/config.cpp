@@ -166,7 +166,7 @@ class Reader {
   }
   void unsigned_integer(const char* key, uint64_t& out) {
     if (const json* v = get(key)) {
-      if (v->is_number_unsigned()) out = v->get<uint64_t>();
+      if (v->is_number_unsigned() || (v->is_number_integer() && v->get<int64_t>() >= 0)) out = v->get<uint64_t>();
       else bad_type(key, *v, "must be an integer in [0, 2^64)");
     }
   }
