@@ -18,21 +18,6 @@ double ms_since(Clock::time_point t0) {
 
 }  // namespace
 
-std::vector<NamedTensor> capture_state(Scenario& scenario) {
-  torch::NoGradGuard no_grad;
-  std::vector<NamedTensor> out;
-  for (const auto& p : scenario.model().named_parameters()) {
-    out.push_back({"model." + p.key(), p.value().detach().clone()});
-  }
-  for (const auto& b : scenario.model().named_buffers()) {
-    out.push_back({"model." + b.key(), b.value().detach().clone()});
-  }
-  for (const NamedTensor& s : scenario.optimizer_state()) {
-    out.push_back({"optim." + s.name, s.tensor.detach().clone()});
-  }
-  return out;
-}
-
 void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads, norms;
@@ -61,29 +46,36 @@ torch::Tensor train_step(Scenario& s, const Batch& b, Monitor* monitor) {
 }
 
 BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstOptions& options) {
-  BurstResult result{Verdict{}, Trace(options.trace_capacity), std::nullopt, std::nullopt};
+  BurstResult result{Verdict{}, Trace(options.trace_capacity), {}, std::nullopt, std::nullopt};
   Verdict& v = result.verdict;
   v.planned_steps = scenario.planned_steps();
   const auto start = Clock::now();
   std::optional<Monitor> monitor;
   if (options.monitor) monitor.emplace(scenario, rules);
-  std::vector<NamedTensor> entering;  // state entering the current step, until the onset
+  if (monitor && options.resume) {
+    monitor->restore(*options.resume);
+    v.hash_chain = options.resume->chain;
+  }
+  StateSnapshot entering;  // the state entering the current step, until the onset
 
   try {
-    while (std::optional<Batch> batch = scenario.next_batch()) {
+    while (options.max_steps < 0 || v.steps_run < options.max_steps) {
+      std::optional<Batch> batch = scenario.next_batch();
+      if (!batch) break;
       const auto t0 = Clock::now();
       if (!monitor) {
         train_step(scenario, *batch, nullptr);
         ++v.steps_run;
         continue;
       }
-      if (options.keep_states && !v.onset_step) entering = capture_state(scenario);
+      if (options.keep_states && !v.onset_step) entering = {batch->step, capture_state(scenario), monitor->state()};
       monitor->begin_step(*batch);
       train_step(scenario, *batch, &*monitor);
       StepRecord r = monitor->finish_step();
       r.step_ms = ms_since(t0);
       ++v.steps_run;
       v.hash_chain = monitor->hash_chain();
+      result.step_hashes.push_back({r.input_hash, r.label_hash});
 
       const bool bad = r.health != Health::kFinite;
       if (bad && !v.onset_step) {
@@ -91,8 +83,8 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
         v.onset_rules = r.rules;
         v.outcome = Outcome::kExtreme;
         if (options.keep_states) {
-          result.last_healthy = StateSnapshot{r.step, std::move(entering)};
-          result.first_bad = StateSnapshot{r.step, capture_state(scenario)};
+          result.last_healthy = std::move(entering);
+          result.first_bad = StateSnapshot{r.step, capture_state(scenario), monitor->state()};
         }
       }
       if (r.health == Health::kNonFinite) {
@@ -100,7 +92,7 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
         v.failure_step = r.step;
         v.fault = r.fault;
         if (options.keep_states && r.step != result.first_bad->step) {
-          result.first_bad = StateSnapshot{r.step, capture_state(scenario)};
+          result.first_bad = StateSnapshot{r.step, capture_state(scenario), monitor->state()};
         }
       }
       result.trace.push(r);

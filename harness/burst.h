@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "harness/record.h"
+#include "harness/state.h"
 #include "harness/trace.h"
 #include "scenarios/config.h"
 #include "scenarios/scenario.h"
@@ -26,24 +27,30 @@ struct BurstOptions {
   bool keep_states = false;  // keep the last healthy and first bad model+optimizer state
   size_t trace_capacity = 1024;
   std::function<void(const StepRecord&)> on_step;  // called after every monitored step
+  // Continue a checkpointed burst: the scenario's state and data position are
+  // already restored; this restores the monitor's chain and health windows.
+  std::optional<MonitorState> resume;
+  int64_t max_steps = -1;  // stop after this many steps (-1: when the protocol ends)
 };
 
-// Model parameters and buffers ("model.<name>") and optimizer state
-// ("optim.<param>.<buffer>"), copied on the training device.
+// A burst's state at one step (see state.h), kept on the training device.
 struct StateSnapshot {
   int64_t step = 0;  // last_healthy: the state entering this step; first_bad: after it
   std::vector<NamedTensor> tensors;
+  MonitorState monitor;  // entering the step
+};
+
+struct StepHashes {
+  Hash128 input, labels;
 };
 
 struct BurstResult {
   Verdict verdict;
   Trace trace;
+  std::vector<StepHashes> step_hashes;        // every step run, in order
   std::optional<StateSnapshot> last_healthy;  // entering the onset step
   std::optional<StateSnapshot> first_bad;     // after the failure step (or the onset step)
 };
-
-// Copies the scenario's model and optimizer state (no host sync).
-std::vector<NamedTensor> capture_state(Scenario& scenario);
 
 // Clips gradients to a global L2 norm like torch::nn::utils::clip_grad_norm_,
 // but without its host sync.

@@ -23,6 +23,23 @@ void SpikeWindow::add(double value) {
   if (values_.size() > capacity_) values_.pop_front();
 }
 
+void SpikeWindow::assign(const std::vector<double>& log_values) {
+  values_.assign(log_values.begin(), log_values.end());
+  while (values_.size() > capacity_) values_.pop_front();
+}
+
+nlohmann::json HealthJudge::state() const {
+  auto list = [](const SpikeWindow& w) { return std::vector<double>(w.values().begin(), w.values().end()); };
+  return {{"phase", phase_}, {"loss", list(loss_)}, {"grad_norm", list(grad_norm_)}, {"activation", list(activation_)}};
+}
+
+void HealthJudge::restore(const nlohmann::json& state) {
+  phase_ = state.at("phase").get<int64_t>();
+  loss_.assign(state.at("loss").get<std::vector<double>>());
+  grad_norm_.assign(state.at("grad_norm").get<std::vector<double>>());
+  activation_.assign(state.at("activation").get<std::vector<double>>());
+}
+
 HealthJudge::HealthJudge(const HealthRules& rules)
     : rules_(rules),
       loss_(size_t(rules.window)),

@@ -20,6 +20,9 @@
 #pragma once
 
 #include <deque>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "harness/record.h"
 #include "scenarios/config.h"
@@ -35,6 +38,8 @@ class SpikeWindow {
  public:
   explicit SpikeWindow(size_t capacity) : capacity_(capacity) {}
   bool full() const { return values_.size() >= capacity_; }
+  const std::deque<double>& values() const { return values_; }  // log10, oldest first
+  void assign(const std::vector<double>& log_values);
   // z-score of log10(value) against the window (0 when value <= 0).
   double z(double value) const;
   void add(double value);
@@ -49,6 +54,11 @@ class HealthJudge {
  public:
   explicit HealthJudge(const HealthRules& rules);
   void judge(StepRecord& r);
+
+  // The phase and windows, for checkpoints: a judge restored from them judges
+  // the next steps exactly as the original would have.
+  nlohmann::json state() const;
+  void restore(const nlohmann::json& state);
 
  private:
   HealthRules rules_;

@@ -134,6 +134,11 @@ void Monitor::check(Stage stage, std::string name, const torch::Tensor& t, int s
   checks_.push_back(std::move(c));
 }
 
+void Monitor::restore(const MonitorState& s) {
+  chain_ = s.chain;
+  judge_.restore(s.judge);
+}
+
 void Monitor::begin_step(const Batch& batch) {
   torch::NoGradGuard no_grad;
   record_ = StepRecord{};

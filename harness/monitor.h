@@ -20,6 +20,7 @@
 
 #include "harness/health.h"
 #include "harness/record.h"
+#include "harness/state.h"
 #include "scenarios/scenario.h"
 
 namespace spikehunt {
@@ -65,6 +66,10 @@ class Monitor : public TapSink {
   StepRecord finish_step();  // after the optimizer step; the one host copy
 
   const Hash128& hash_chain() const { return chain_; }
+  // The chain and health windows between steps; restore() continues a burst
+  // from a checkpoint as if it had run from step 0.
+  MonitorState state() const { return {chain_, judge_.state()}; }
+  void restore(const MonitorState& s);
 
  private:
   struct Check {  // a tensor whose finiteness localizes a fault, in stage order

@@ -13,6 +13,12 @@ torch::Tensor Scenario::loss(const torch::Tensor& outputs, const torch::Tensor& 
   return torch::nn::functional::cross_entropy(outputs, targets);
 }
 
+int64_t Scenario::skip_batches(int64_t n) {
+  int64_t skipped = 0;
+  while (skipped < n && next_batch()) ++skipped;
+  return skipped;
+}
+
 std::vector<NamedTensor> Scenario::optimizer_state() {
   return optimizer_state_of(optimizer(), named_parameters(model()));
 }
@@ -130,6 +136,11 @@ class BuiltinScenario : public Scenario {
     b.epoch = slot->epoch;
     b.batch = slot->batch;
     return b;
+  }
+  int64_t skip_batches(int64_t n) override {  // the schedule alone: no batch tensors built
+    int64_t skipped = 0;
+    while (skipped < n && schedule_.next()) ++skipped;
+    return skipped;
   }
   int64_t planned_steps() const override { return schedule_.total_steps(); }
   std::vector<std::string> phase_names() const override {

@@ -70,6 +70,9 @@ class Scenario {
   virtual torch::Tensor loss(const torch::Tensor& outputs, const torch::Tensor& targets);
   // The next training batch, or nullopt when the protocol is done.
   virtual std::optional<Batch> next_batch() = 0;
+  // Moves the data position `n` batches on without training (a checkpoint
+  // resumes at its step); returns how many it skipped.
+  virtual int64_t skip_batches(int64_t n);
   // Steps the whole protocol takes (for progress and the trace's planned length).
   virtual int64_t planned_steps() const = 0;
   virtual std::vector<std::string> phase_names() const = 0;

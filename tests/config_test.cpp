@@ -16,8 +16,6 @@ namespace {
 using json = nlohmann::json;
 using testing::TempDir;
 
-std::string messages(const InputError& e) { return e.what(); }
-
 // Parses and expects an InputError; returns its text.
 std::string parse_error(const json& j) {
   try {

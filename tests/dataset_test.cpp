@@ -226,8 +226,11 @@ TEST(Protocol, BatchesHoldOnlyTheirPhasesClassesAndCoverEachEpochOnce) {
     EXPECT_EQ(slot->step, steps++);
     for (int64_t i : slot->indices) {
       const int y = labels[i];
-      if (slot->phase == 0) EXPECT_GE(y, 5) << "phase B holds classes 5-9";
-      if (slot->phase == 1) EXPECT_LT(y, 5) << "phase A holds classes 0-4";
+      if (slot->phase == 0) {
+        EXPECT_GE(y, 5) << "phase B holds classes 5-9";
+      } else if (slot->phase == 1) {
+        EXPECT_LT(y, 5) << "phase A holds classes 0-4";
+      }
       seen[{slot->phase, slot->epoch}].push_back(i);
     }
   }
