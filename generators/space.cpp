@@ -405,6 +405,27 @@ SpacePoint SearchSpace::point_of(const TrainingConfig& c) const {
   return p;
 }
 
+SearchSpace SearchSpace::around(const TrainingConfig& c) const {
+  SearchSpace s = *this;
+  s.base_ = config_to_json(c);
+  for (Dimension& d : s.dims_) {
+    const json* v = find_path(s.base_, d.field);
+    if (d.kind == "permutations") {
+      d.domains = int64_t(s.base_["protocol"]["domains"].size());
+      continue;
+    }
+    if (std::find(d.values.begin(), d.values.end(), *v) != d.values.end()) continue;
+    if (v->is_number() && d.values.front().is_number()) {
+      const json simplest = d.values.front();
+      d.values.push_back(*v);
+      order_by_distance(d.values, simplest, d.kind == "log_range" && v->get<double>() > 0);
+    } else {
+      d.values.push_back(*v);
+    }
+  }
+  return s;
+}
+
 int64_t SearchSpace::fields_differing(const SpacePoint& p) const {
   int64_t n = 0;
   size_t at = 0;

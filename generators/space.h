@@ -76,6 +76,11 @@ class SearchSpace {
   int64_t fields_differing(const SpacePoint& p) const;
   double distance(const SpacePoint& p) const;
 
+  // This space centred on one config: the config is the base (fields outside
+  // the space keep its values), and each dimension's grid gains the config's
+  // value if it lacks it, so point_of(c) is exact. Shrinking a config uses it.
+  SearchSpace around(const TrainingConfig& c) const;
+
   // The space's canonical JSON (what a sweep database records).
   nlohmann::json to_json() const { return source_; }
 

@@ -40,10 +40,6 @@ struct StateSnapshot {
   MonitorState monitor;  // entering the step
 };
 
-struct StepHashes {
-  Hash128 input, labels;
-};
-
 struct BurstResult {
   Verdict verdict;
   Trace trace;

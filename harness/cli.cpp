@@ -1,6 +1,9 @@
 #include "harness/cli.h"
 
+#include <sys/prctl.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cstdio>
 #include <iostream>
@@ -13,6 +16,7 @@
 #include "harness/checkpoint.h"
 #include "harness/env.h"
 #include "harness/report.h"
+#include "harness/repro.h"
 #include "harness/results.h"
 #include "harness/safetensors.h"
 #include "scenarios/catalog.h"
@@ -22,8 +26,6 @@
 namespace spikehunt {
 
 namespace {
-
-constexpr int kExitInternal = 3;
 
 std::string thousands(int64_t n) {
   std::string s = std::to_string(n);
@@ -159,45 +161,97 @@ int pair_verb(const std::string& a_path, const std::string& b_path) {
   return kExitFinding;
 }
 
+// ---- burst (hidden: what a sweep's children run) ----
+
+struct BurstArgs {
+  std::string config, result, repro;
+  bool hashes = false;
+};
+
+int burst_verb(const BurstArgs& a) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // die with the sweep that spawned us
+  const TrainingConfig config = load_config(a.config);
+  BurstSummary summary;
+  if (!a.repro.empty()) {
+    const Repro repro = record_repro(config, a.repro);
+    summary.verdict = repro.verdict;
+    summary.step_hashes = repro.step_hashes;
+  } else {
+    const BurstResult r = run_config(config, BurstOptions{});
+    summary.verdict = r.verdict;
+    summary.step_hashes = r.step_hashes;
+  }
+  if (!summary.step_hashes.empty()) summary.first = summary.step_hashes.front();
+  if (!a.hashes) summary.step_hashes.clear();
+  nlohmann::json j = to_json(summary);
+  j["config_hash"] = config_hash(config).hex();
+  j["environment"] = to_json(environment(to_string(config.device), config.threads));
+  write_file_atomic(a.result, j.dump() + "\n");
+  return kExitOk;
+}
+
+// ---- replay ----
+
+struct ReplayArgs {
+  std::string file;
+  bool from_checkpoint = false;
+  int64_t threads = 0;
+};
+
+int replay_verb(const ReplayArgs& a) {
+  const Repro repro = read_repro(a.file);
+  ReplayOptions options;
+  options.from_checkpoint = a.from_checkpoint;
+  options.threads = a.threads;
+  const ReplayReport r = replay(repro, a.file, options);
+  for (const std::string& w : r.warnings) std::cout << "warning: " << w << "\n";
+  std::printf("replayed %s from step %lld: %lld steps in %.2f s\n", a.file.c_str(),
+              static_cast<long long>(r.start_step), static_cast<long long>(r.steps_run), r.seconds);
+  if (r.reproduced) {
+    std::printf("reproduced: %s", to_string(r.verdict.outcome));
+    if (r.verdict.fault) std::printf(", %s", r.verdict.fault->describe().c_str());
+    if (r.verdict.failure_step) std::printf(" at step %lld", static_cast<long long>(*r.verdict.failure_step));
+    std::printf(", hash chain %s\n", r.verdict.hash_chain.hex().c_str());
+    return kExitOk;
+  }
+  std::printf("not reproduced: %s\n", r.mismatch.c_str());
+  return kExitFinding;
+}
+
 }  // namespace
 
-int cli_main(int argc, char** argv) {
-  const std::string version = std::string("spikehunt ") + kVersion + " (LibTorch " + environment("cpu", 1).libtorch +
-                              ", BLAS: " + blas_in_use() + ")";
+// ---- the CLI ----
+
+struct Cli::Impl {
   CLI::App app{"spikehunt: fuzzing and numerical stress-testing for deep-learning training"};
-  app.set_version_flag("--version", version);
-  app.require_subcommand(1);
+  std::vector<std::pair<CLI::App*, std::function<int()>>> verbs;
+};
 
-  RunArgs run_args;
-  CLI::App* run = app.add_subcommand("run", "Run one training burst under the monitor and tell the story of its failure");
-  run->add_option("--config", run_args.config, "Config JSON (default: the built-in default, configs/default.json)");
-  run->add_option("--set", run_args.sets, "Override one field, e.g. --set optimizer.lr=0.01 (repeatable)")
-      ->allow_extra_args(false);
-  run->add_option("--out", run_args.out, "Folder for results/<run-id>/")->capture_default_str();
-  run->add_flag("--no-checkpoints", run_args.no_checkpoints, "Do not keep the last healthy / first bad state");
-  run->add_flag("--print-config", run_args.print_config, "Print the resolved config (after --set) as JSON and exit");
+Cli::Cli() : impl_(std::make_unique<Impl>()) {
+  impl_->app.set_version_flag("--version", std::string("spikehunt ") + kVersion + " (LibTorch " +
+                                               environment("cpu", 1).libtorch + ", BLAS: " + blas_in_use() + ")");
+  impl_->app.require_subcommand(1);
+}
 
-  std::string audit_file;
-  std::vector<std::string> pair;
-  CLI::App* audit_cmd = app.add_subcommand("audit", "Count NaN/+Inf/-Inf per tensor of a safetensors checkpoint, or compare two");
-  audit_cmd->add_option("file", audit_file, "Checkpoint to audit");
-  audit_cmd->add_option("--pair", pair, "Two checkpoints: are they the same state?")->expected(2);
+Cli::~Cli() = default;
 
+CLI::App* Cli::verb(const std::string& name, const std::string& description, std::function<int()> run, bool hidden) {
+  CLI::App* command = impl_->app.add_subcommand(name, description);
+  if (hidden) command->group("");
+  impl_->verbs.emplace_back(command, std::move(run));
+  return command;
+}
+
+int Cli::main(int argc, char** argv) {
   try {
-    app.parse(argc, argv);
+    impl_->app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
+    const int rc = impl_->app.exit(e);
     return rc == 0 ? kExitOk : kExitBadInput;
   }
   try {
-    if (*run) return run_verb(run_args);
-    if (*audit_cmd) {
-      if (!pair.empty() && !audit_file.empty()) {
-        throw InputError("--pair", "", "", "takes two files; give either FILE or --pair A B");
-      }
-      if (!pair.empty()) return pair_verb(pair[0], pair[1]);
-      if (audit_file.empty()) throw InputError("audit", "", "", "needs a file", "spikehunt audit FILE.safetensors");
-      return audit_verb(audit_file);
+    for (auto& [command, run] : impl_->verbs) {
+      if (command->parsed()) return run();
     }
   } catch (const InputError& e) {
     std::cerr << e.what() << "\n";
@@ -207,6 +261,52 @@ int cli_main(int argc, char** argv) {
     return kExitInternal;
   }
   return kExitOk;
+}
+
+void add_harness_verbs(Cli& cli) {
+  auto run_args = std::make_shared<RunArgs>();
+  CLI::App* run = cli.verb("run", "Run one training burst under the monitor and tell the story of its failure",
+                           [run_args] { return run_verb(*run_args); });
+  run->add_option("--config", run_args->config, "Config JSON (default: the built-in default, configs/default.json)");
+  run->add_option("--set", run_args->sets, "Override one field, e.g. --set optimizer.lr=0.01 (repeatable)")
+      ->allow_extra_args(false);
+  run->add_option("--out", run_args->out, "Folder for results/<run-id>/")->capture_default_str();
+  run->add_flag("--no-checkpoints", run_args->no_checkpoints, "Do not keep the last healthy / first bad state");
+  run->add_flag("--print-config", run_args->print_config, "Print the resolved config (after --set) as JSON and exit");
+
+  struct AuditArgs {
+    std::string file;
+    std::vector<std::string> pair;
+  };
+  auto audit_args = std::make_shared<AuditArgs>();
+  CLI::App* audit_cmd = cli.verb(
+      "audit", "Count NaN/+Inf/-Inf per tensor of a safetensors checkpoint, or compare two", [audit_args] {
+        const AuditArgs& a = *audit_args;
+        if (!a.pair.empty() && !a.file.empty()) {
+          throw InputError("--pair", "", "", "takes two files; give either FILE or --pair A B");
+        }
+        if (!a.pair.empty()) return pair_verb(a.pair[0], a.pair[1]);
+        if (a.file.empty()) throw InputError("audit", "", "", "needs a file", "spikehunt audit FILE.safetensors");
+        return audit_verb(a.file);
+      });
+  audit_cmd->add_option("file", audit_args->file, "Checkpoint to audit");
+  audit_cmd->add_option("--pair", audit_args->pair, "Two checkpoints: are they the same state?")->expected(2);
+
+  auto replay_args = std::make_shared<ReplayArgs>();
+  CLI::App* replay_cmd = cli.verb("replay", "Rerun a repro file and check every recorded hash, the failure step, stage and tensor",
+                                  [replay_args] { return replay_verb(*replay_args); });
+  replay_cmd->add_option("file", replay_args->file, "The .repro.json file")->required();
+  replay_cmd->add_flag("--from-checkpoint", replay_args->from_checkpoint,
+                       "Start from the repro's last healthy checkpoint instead of step 0");
+  replay_cmd->add_option("--threads", replay_args->threads, "Thread count (default: the repro's; others are not bit-exact)");
+
+  auto burst_args = std::make_shared<BurstArgs>();
+  CLI::App* burst = cli.verb("burst", "Run one burst and write its summary (what sweeps spawn)",
+                             [burst_args] { return burst_verb(*burst_args); }, /*hidden=*/true);
+  burst->add_option("--config", burst_args->config)->required();
+  burst->add_option("--result", burst_args->result)->required();
+  burst->add_option("--repro", burst_args->repro);
+  burst->add_flag("--hashes", burst_args->hashes);
 }
 
 }  // namespace spikehunt

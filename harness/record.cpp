@@ -1,8 +1,12 @@
 #include "harness/record.h"
 
+#include <array>
 #include <cmath>
+#include <limits>
 
 #include <nlohmann/json.hpp>
+
+#include "scenarios/error.h"
 
 namespace spikehunt {
 
@@ -102,6 +106,104 @@ json to_json(const StepRecord& r) {
             {"step_ms", r.step_ms}};
   if (r.fault) j["fault"] = to_json(*r.fault);
   return j;
+}
+
+namespace {
+
+double number_from(const json& v) {
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+    if (s == "inf") return std::numeric_limits<double>::infinity();
+    if (s == "-inf") return -std::numeric_limits<double>::infinity();
+  }
+  return v.get<double>();
+}
+
+Hash128 hash_from(const json& v, const std::string& field, const std::string& file) {
+  Hash128 h;
+  if (!v.is_string() || !Hash128::parse(v.get<std::string>(), &h)) {
+    throw InputError(file, field, v.dump(), "is not a 32-digit hex XXH3-128 hash");
+  }
+  return h;
+}
+
+template <class E, size_t N>
+E enum_from(const json& v, const std::array<E, N>& values, const std::string& field, const std::string& file) {
+  for (E e : values) {
+    if (v.is_string() && v.get<std::string>() == to_string(e)) return e;
+  }
+  throw InputError(file, field, v.dump(), "is not a known value");
+}
+
+constexpr std::array<Stage, 4> kStages = {Stage::kForward, Stage::kLoss, Stage::kBackward, Stage::kOptimizerStep};
+constexpr std::array<Outcome, 5> kOutcomes = {Outcome::kHealthy, Outcome::kExtreme, Outcome::kNonFinite,
+                                              Outcome::kCrashed, Outcome::kTimeout};
+
+}  // namespace
+
+std::string failure_class(const Verdict& v) {
+  switch (v.outcome) {
+    case Outcome::kHealthy: return "";
+    case Outcome::kNonFinite: return std::string("non_finite:") + (v.fault ? to_string(v.fault->stage) : "?");
+    default: return to_string(v.outcome);
+  }
+}
+
+std::string fault_signature(const Verdict& v) {
+  std::string s = failure_class(v);
+  if (v.outcome == Outcome::kNonFinite && v.fault) s += ":" + v.fault->tensor;
+  return s;
+}
+
+Verdict verdict_from_json(const json& j, const std::string& file) {
+  try {
+    Verdict v;
+    v.outcome = enum_from(j.at("outcome"), kOutcomes, "verdict.outcome", file);
+    auto opt = [&](const char* k) { return j.at(k).is_null() ? std::nullopt : std::optional<int64_t>(j.at(k).get<int64_t>()); };
+    v.onset_step = opt("onset_step");
+    v.failure_step = opt("failure_step");
+    v.onset_rules = j.at("onset_rules").get<std::vector<std::string>>();
+    if (!j.at("fault").is_null()) {
+      const json& f = j.at("fault");
+      v.fault = Fault{f.at("tensor").get<std::string>(), enum_from(f.at("stage"), kStages, "verdict.fault.stage", file),
+                      f.at("nan").get<int64_t>(), f.at("pos_inf").get<int64_t>(), f.at("neg_inf").get<int64_t>(),
+                      f.at("numel").get<int64_t>()};
+    }
+    v.steps_run = j.at("steps_run").get<int64_t>();
+    v.planned_steps = j.at("planned_steps").get<int64_t>();
+    v.wall_seconds = number_from(j.at("wall_seconds"));
+    v.hash_chain = hash_from(j.at("hash_chain"), "verdict.hash_chain", file);
+    v.message = j.at("message").get<std::string>();
+    return v;
+  } catch (const json::exception& e) {
+    throw InputError(file, "verdict", "", std::string("is malformed: ") + e.what());
+  }
+}
+
+json to_json(const BurstSummary& s) {
+  json hashes = json::array();
+  for (const StepHashes& h : s.step_hashes) hashes.push_back({h.input.hex(), h.labels.hex()});
+  return {{"verdict", to_json(s.verdict)},
+          {"first_input_hash", s.first.input.hex()},
+          {"first_label_hash", s.first.labels.hex()},
+          {"step_hashes", hashes}};
+}
+
+BurstSummary summary_from_json(const json& j, const std::string& file) {
+  if (!j.is_object() || !j.contains("verdict")) throw InputError(file, "verdict", "", "is missing");
+  BurstSummary s;
+  s.verdict = verdict_from_json(j["verdict"], file);
+  s.first.input = hash_from(j.value("first_input_hash", json()), "first_input_hash", file);
+  s.first.labels = hash_from(j.value("first_label_hash", json()), "first_label_hash", file);
+  const json hashes = j.value("step_hashes", json::array());
+  if (!hashes.is_array()) throw InputError(file, "step_hashes", "", "is not a list");
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    const std::string field = "step_hashes[" + std::to_string(i) + "]";
+    if (!hashes[i].is_array() || hashes[i].size() != 2) throw InputError(file, field, hashes[i].dump(), "is not [input, labels]");
+    s.step_hashes.push_back({hash_from(hashes[i][0], field, file), hash_from(hashes[i][1], field, file)});
+  }
+  return s;
 }
 
 json to_json(const Verdict& v) {

@@ -91,9 +91,34 @@ struct Verdict {
   std::optional<int64_t> lead_time() const;
 };
 
+struct StepHashes {
+  Hash128 input;   // XXH3-128 of the step's input bytes
+  Hash128 labels;  // ... and of its label bytes
+  bool operator==(const StepHashes& o) const { return input == o.input && labels == o.labels; }
+};
+
+// What a sweep keeps of one burst (a child process reports it as JSON).
+struct BurstSummary {
+  Verdict verdict;
+  StepHashes first;                      // step 0's hashes: which data the burst started on
+  std::vector<StepHashes> step_hashes;   // every step, when asked for (repro files)
+};
+
 nlohmann::json to_json(const Fault& f);
 nlohmann::json to_json(const StepRecord& r);
 nlohmann::json to_json(const Verdict& v);
+nlohmann::json to_json(const BurstSummary& s);
+// Strict readers; throw InputError naming `file` and the field.
+Verdict verdict_from_json(const nlohmann::json& j, const std::string& file);
+BurstSummary summary_from_json(const nlohmann::json& j, const std::string& file);
+
+// "" for a healthy verdict, else its failure class: "non_finite:<stage>",
+// "extreme", "crashed" or "timeout". A shrink keeps a candidate only when its
+// class is the original's.
+std::string failure_class(const Verdict& v);
+// The class plus the faulting tensor ("non_finite:forward:fc2_logits"):
+// what makes two failures distinct in a sweep.
+std::string fault_signature(const Verdict& v);
 // Number formatting shared by JSON writers: finite doubles as numbers,
 // non-finite as "nan" / "inf" / "-inf".
 nlohmann::json number(double v);

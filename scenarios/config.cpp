@@ -549,6 +549,28 @@ void apply_overrides(json& j, const std::vector<std::string>& overrides) {
 
 namespace {
 
+void diff_into(const json& a, const json& b, const std::string& prefix, std::vector<std::string>* out) {
+  for (auto it = b.begin(); it != b.end(); ++it) {
+    const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
+    const auto other = a.find(it.key());
+    if (it->is_object() && other != a.end() && other->is_object()) {
+      diff_into(*other, *it, key, out);
+    } else if (other == a.end() || *other != *it) {
+      out->push_back(key + "=" + it->dump());
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> config_diff(const TrainingConfig& base, const TrainingConfig& c) {
+  std::vector<std::string> out;
+  diff_into(config_to_json(base), config_to_json(c), "", &out);
+  return out;
+}
+
+namespace {
+
 TrainingConfig finish_loading(json j, const std::string& file,
                               const std::vector<std::string>& overrides) {
   apply_overrides(j, overrides);

@@ -117,6 +117,11 @@ std::vector<Problem> validate(const TrainingConfig& c);
 // config's JSON. Keys that are not config fields are an InputError ("--set").
 void apply_overrides(nlohmann::json& j, const std::vector<std::string>& overrides);
 
+// The --set overrides that turn `base` into `c` ("optimizer.lr=0.3", ...),
+// leaf by leaf in key order: the config as a diff, readable and replayable
+// (apply_overrides(config_to_json(base), diff) gives c back).
+std::vector<std::string> config_diff(const TrainingConfig& base, const TrainingConfig& c);
+
 // Reads, overrides, parses and validates; throws InputError naming the file.
 TrainingConfig load_config(const std::string& path,
                            const std::vector<std::string>& overrides = {});

@@ -1,0 +1,136 @@
+#include "generators/cli.h"
+
+#include <cctype>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "generators/sweep.h"
+#include "scenarios/error.h"
+
+namespace spikehunt {
+
+double parse_duration(const std::string& text, const std::string& flag) {
+  double total = 0;
+  size_t i = 0;
+  bool any = false;
+  while (i < text.size()) {
+    size_t end = i;
+    while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) ++end;
+    if (end == i) break;
+    const double value = std::stod(text.substr(i, end - i));
+    double unit = 1;
+    if (end < text.size()) {
+      const char u = text[end++];
+      if (u == 'h') unit = 3600;
+      else if (u == 'm') unit = 60;
+      else if (u == 's') unit = 1;
+      else break;
+    } else if (any) {
+      break;  // "1h30" is ambiguous
+    }
+    total += value * unit;
+    any = true;
+    i = end;
+  }
+  if (!any || i != text.size() || !(total > 0)) {
+    throw InputError(flag, flag, text, "is not a duration", "write e.g. 30m, 90s, 1h30m or 45 (seconds)");
+  }
+  return total;
+}
+
+namespace {
+
+struct SweepArgs {
+  std::string space, budget, timeout = "5m", out = "results/sweep";
+  int64_t runs = 24, shrink_budget = 60, max_shrinks = 3;
+  uint64_t seed = 0;
+  int jobs = 2;
+  bool no_progress = false;
+};
+
+struct ShrinkArgs {
+  std::string config, run, space, timeout = "5m", out;
+  int64_t budget = 100;
+  int jobs = 2;
+};
+
+void check_positive(const char* flag, int64_t v) {
+  if (v < 1) throw InputError(flag, flag, std::to_string(v), "must be at least 1");
+}
+
+}  // namespace
+
+void add_generator_verbs(Cli& cli) {
+  auto s = std::make_shared<SweepArgs>();
+  CLI::App* sweep = cli.verb(
+      "sweep", "Sample a search space, run each burst in a child process, shrink and replay every distinct failure", [s] {
+        SweepOptions o;
+        if (!s->space.empty()) {
+          o.space = SearchSpace::load(s->space);
+          o.space_source = s->space;
+        }
+        check_positive("--runs", s->runs);
+        check_positive("-j", s->jobs);
+        check_positive("--shrink-budget", s->shrink_budget);
+        o.runs = s->runs;
+        o.seed = s->seed;
+        o.jobs = s->jobs;
+        o.timeout_seconds = parse_duration(s->timeout, "--timeout");
+        o.budget_seconds = s->budget.empty() ? 0 : parse_duration(s->budget, "--budget");
+        o.shrink_evaluations = s->shrink_budget;
+        o.max_shrinks = s->max_shrinks;
+        o.out_dir = s->out;
+        o.progress = !s->no_progress;
+        std::cout << "seed " << o.seed << " (rerun with --seed " << o.seed << " to resume or repeat)\n";
+        return run_sweep(o, std::cout);
+      });
+  sweep->add_option("--space", s->space, "Search space JSON (default: the built-in space, configs/space.json)");
+  sweep->add_option("--runs", s->runs, "Search samples")->capture_default_str();
+  sweep->add_option("--seed", s->seed, "Sweep seed: sample i is the same point for the same seed")->capture_default_str();
+  sweep->add_option("-j,--jobs", s->jobs, "Bursts at once, each in its own process")->capture_default_str();
+  sweep->add_option("--budget", s->budget, "Wall-time budget for the whole sweep, e.g. 30m");
+  sweep->add_option("--timeout", s->timeout, "Per-burst timeout: a burst past it is a timeout verdict")->capture_default_str();
+  sweep->add_option("--out", s->out, "Folder for sweep.db and repros/")->capture_default_str();
+  sweep->add_option("--shrink-budget", s->shrink_budget, "Bursts each shrink may run")->capture_default_str();
+  sweep->add_option("--max-shrinks", s->max_shrinks, "Distinct failures to shrink, most frequent first")->capture_default_str();
+  sweep->add_flag("--no-progress", s->no_progress, "No progress bar");
+
+  auto k = std::make_shared<ShrinkArgs>();
+  CLI::App* shrink_cmd = cli.verb("shrink", "Shrink one failing config to a minimal one that fails the same way", [k] {
+    if (k->config.empty() == k->run.empty()) {
+      throw InputError("shrink", "--config / --run", "", "give exactly one of them",
+                       "spikehunt shrink --config FILE, or --run ID of a results/ folder");
+    }
+    check_positive("--budget", k->budget);
+    check_positive("-j", k->jobs);
+    ShrinkOptions o;
+    if (!k->config.empty()) {
+      o.source = k->config;
+    } else {
+      o.source = std::filesystem::is_directory(k->run) ? k->run : "results/" + k->run;
+      if (!std::filesystem::is_directory(o.source)) {
+        throw InputError("--run", "--run", k->run, "is neither a run folder nor a run id under results/");
+      }
+      o.source += "/config.json";
+    }
+    o.config = load_config(o.source);
+    if (!k->space.empty()) o.space = SearchSpace::load(k->space);
+    o.jobs = k->jobs;
+    o.timeout_seconds = parse_duration(k->timeout, "--timeout");
+    o.evaluations = k->budget;
+    o.out_dir = k->out;
+    return run_shrink(o, std::cout);
+  });
+  shrink_cmd->add_option("--config", k->config, "The failing config JSON");
+  shrink_cmd->add_option("--run", k->run, "A `spikehunt run` result: its id under results/, or its folder");
+  shrink_cmd->add_option("--space", k->space, "Space giving the simplest values and grids (default: built-in)");
+  shrink_cmd->add_option("-j,--jobs", k->jobs, "Bursts at once")->capture_default_str();
+  shrink_cmd->add_option("--budget", k->budget, "Bursts the shrink may run")->capture_default_str();
+  shrink_cmd->add_option("--timeout", k->timeout, "Per-burst timeout")->capture_default_str();
+  shrink_cmd->add_option("--out", k->out, "Folder for the minimal config and repro (default: results/shrink-<hash>)");
+}
+
+}  // namespace spikehunt

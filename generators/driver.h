@@ -1,0 +1,106 @@
+// driver.h — the search driver. RapidCheck decides *what* to try (samples of
+// a space, and each failure's tree of shrinks); this decides *how*: bursts
+// run by an Evaluator (child processes in a sweep, a plain function in tests),
+// a memo keyed by config hash so no configuration is trained twice, and
+// budgets. A shrink is accepted only when the candidate fails in the same
+// class (non-finite in the same stage, extreme, crashed, timeout).
+// Example:
+//   ChildEvaluator children(self_executable(), /*jobs=*/2, /*timeout=*/120, "results/sweep/work");
+//   EvalCache cache(&store);
+//   ShrinkResult r = shrink(space, start, start_summary, children, cache, budget);
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "generators/space.h"
+#include "harness/record.h"
+#include "harness/store.h"
+
+namespace spikehunt {
+
+class Evaluator {
+ public:
+  virtual ~Evaluator() = default;
+  virtual int parallelism() const = 0;
+  // Runs the configs, up to parallelism() at once, calling on_result(i, summary)
+  // as each finishes. `stop` (optional) is asked before each start.
+  virtual void evaluate(const std::vector<TrainingConfig>& configs,
+                        const std::function<void(size_t, const BurstSummary&)>& on_result,
+                        const std::function<bool()>& stop = {}) = 0;
+};
+
+// Each burst is `spikehunt burst` in a child process; a child that dies on a
+// signal is a crashed verdict, one that overstays `timeout_seconds` a timeout.
+class ChildEvaluator : public Evaluator {
+ public:
+  ChildEvaluator(std::string binary, int jobs, double timeout_seconds, std::string work_dir);
+  int parallelism() const override { return jobs_; }
+  void evaluate(const std::vector<TrainingConfig>& configs,
+                const std::function<void(size_t, const BurstSummary&)>& on_result,
+                const std::function<bool()>& stop = {}) override;
+
+ private:
+  std::string binary_, work_dir_;
+  int jobs_;
+  double timeout_;
+  int64_t counter_ = 0;
+};
+
+// Calls a function in this process, one config at a time.
+class FunctionEvaluator : public Evaluator {
+ public:
+  explicit FunctionEvaluator(std::function<BurstSummary(const TrainingConfig&)> f) : f_(std::move(f)) {}
+  int parallelism() const override { return 1; }
+  void evaluate(const std::vector<TrainingConfig>& configs,
+                const std::function<void(size_t, const BurstSummary&)>& on_result,
+                const std::function<bool()>& stop = {}) override;
+  int64_t calls() const { return calls_; }
+
+ private:
+  std::function<BurstSummary(const TrainingConfig&)> f_;
+  int64_t calls_ = 0;
+};
+
+// Every burst by config hash, in memory and (when given) in the sweep database.
+class EvalCache {
+ public:
+  explicit EvalCache(SweepStore* store = nullptr) : store_(store) {}
+  std::optional<BurstSummary> find(const std::string& config_hash);
+  // Remembers and (with a store) commits one run: one transaction.
+  void add(const std::string& kind, int64_t sample, const TrainingConfig& config, const BurstSummary& summary);
+
+ private:
+  SweepStore* store_;
+  std::map<std::string, BurstSummary> memory_;
+};
+
+struct Budget {
+  int64_t evaluations = 100;  // new bursts one shrink may run
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  bool expired() const { return std::chrono::steady_clock::now() >= deadline; }
+};
+
+struct ShrinkResult {
+  SpacePoint start, minimal;
+  BurstSummary summary;         // of the minimal config
+  int64_t evaluations = 0;      // bursts run (memo hits not counted)
+  int64_t memo_hits = 0;
+  int64_t accepted = 0;         // shrink steps taken
+  bool budget_exhausted = false;
+};
+
+// Walks RapidCheck's shrink tree of `start` greedily: from each accepted
+// point, the first candidate (in the tree's order, simplest first) that still
+// fails in the same class is taken; a window of up to parallelism()
+// candidates is evaluated at once, and the earliest failing one in order wins,
+// so the result does not depend on the job count.
+ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
+                    Evaluator& evaluator, EvalCache& cache, const Budget& budget,
+                    const std::function<void(const ShrinkResult&)>& progress = {});
+
+}  // namespace spikehunt

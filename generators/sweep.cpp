@@ -1,0 +1,390 @@
+#include "generators/sweep.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "generators/driver.h"
+#include "generators/gen.h"
+#include "harness/child.h"
+#include "harness/report.h"
+#include "harness/repro.h"
+#include "harness/results.h"
+#include "harness/store.h"
+#include "scenarios/error.h"
+
+namespace spikehunt {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::pair<double, double> wilson_interval(int64_t k, int64_t n) {
+  if (n <= 0) return {0.0, 1.0};
+  const double z = 1.959963984540054, p = double(k) / double(n), nn = double(n);
+  const double denom = 1 + z * z / nn;
+  const double centre = (p + z * z / (2 * nn)) / denom;
+  const double half = z * std::sqrt(p * (1 - p) / nn + z * z / (4 * nn * nn)) / denom;
+  return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
+}
+
+std::vector<std::pair<std::string, std::string>> factors_of(const TrainingConfig& c) {
+  std::string order;
+  for (int64_t d : c.protocol.task_order) order += (order.empty() ? "" : ">") + std::string(1, char('A' + d));
+  const int decade = static_cast<int>(std::floor(std::log10(c.optimizer.lr) + 1e-9));
+  char lr[48];
+  std::snprintf(lr, sizeof lr, "[%g, %g)", std::pow(10.0, decade), std::pow(10.0, decade + 1));
+  const double m = c.optimizer.momentum;
+  const char* momentum = m == 0 ? "0" : m <= 0.5 ? "(0, 0.5]" : m <= 0.9 ? "(0.5, 0.9]" : "(0.9, 1)";
+  return {{"activation", to_string(c.activation.kind)},
+          {"task order", order},
+          {"lr decade", lr},
+          {"momentum", c.optimizer.kind == OptimizerKind::kSgd ? momentum : "n/a (adam)"},
+          {"optimizer", to_string(c.optimizer.kind)},
+          {"seed", std::to_string(c.seed)}};
+}
+
+namespace {
+
+std::string duration_text(double seconds) {
+  char buf[32];
+  const int s = static_cast<int>(std::lround(seconds));
+  if (s >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%.1fs", seconds);
+  return buf;
+}
+
+std::string percent(double x) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", 100 * x);
+  return buf;
+}
+
+std::string slug(const std::string& signature) {
+  std::string s;
+  for (char ch : signature) s += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') ? ch : '-';
+  return s;
+}
+
+// A progress line on a terminal: runs done, failures so far, ETA.
+class Progress {
+ public:
+  Progress(bool on, int64_t total) : on_(on && ::isatty(STDERR_FILENO)), total_(total), start_(Clock::now()) {}
+  void update(int64_t done, int64_t failures, int64_t done_here) {
+    if (!on_) return;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    const double eta = done_here > 0 ? elapsed / double(done_here) * double(total_ - done) : 0;
+    const int width = 24, filled = total_ > 0 ? int(width * done / total_) : width;
+    std::fprintf(stderr, "\r  [%s%s] %lld/%lld runs, %lld failed, ETA %s   ", std::string(size_t(filled), '#').c_str(),
+                 std::string(size_t(width - filled), '-').c_str(), static_cast<long long>(done),
+                 static_cast<long long>(total_), static_cast<long long>(failures),
+                 done_here > 0 ? duration_text(eta).c_str() : "?");
+  }
+  void note(const std::string& text) {
+    if (on_) std::fprintf(stderr, "\r  %-70s", text.c_str());
+  }
+  void done() {
+    if (on_) std::fprintf(stderr, "\r%90s\r", "");
+  }
+
+ private:
+  bool on_;
+  int64_t total_;
+  Clock::time_point start_;
+};
+
+struct FailureGroup {
+  std::string signature;
+  int64_t occurrences = 0;
+  RunRow first;  // the earliest search run with this signature
+};
+
+}  // namespace
+
+std::string record_and_replay(const std::string& binary, const TrainingConfig& config, const std::string& path,
+                              const std::string& expected_class, double timeout_seconds, const std::string& work_dir,
+                              bool* ok) {
+  *ok = false;
+  fs::create_directories(work_dir);
+  const std::string stem = work_dir + "/repro-" + config_hash(config).hex().substr(0, 12);
+  save_config(config, stem + ".config.json");
+  ChildExit recorded;
+  run_children({{{binary, "burst", "--config", stem + ".config.json", "--result", stem + ".result.json", "--repro", path,
+                  "--hashes"},
+                 timeout_seconds,
+                 stem + ".log"}},
+               1, [&](size_t, const ChildExit& e) { recorded = e; });
+  std::string verdict;
+  if (recorded.exit_code != 0 || !fs::exists(path)) {
+    verdict = "the repro could not be recorded: " + recorded.describe() + " " + tail_of(stem + ".log", 300);
+  } else if (const Repro repro = read_repro(path); failure_class(repro.verdict) != expected_class) {
+    verdict = "the config failed differently when recorded: " + fault_signature(repro.verdict) + ", not " + expected_class;
+  } else {
+    std::vector<std::string> argv = {binary, "replay", path};
+    if (repro.checkpoint) argv.push_back("--from-checkpoint");
+    ChildExit replayed;
+    run_children({{argv, timeout_seconds, stem + ".replay.log"}}, 1, [&](size_t, const ChildExit& e) { replayed = e; });
+    std::istringstream log(tail_of(stem + ".replay.log", 4000));
+    std::string summary;
+    for (std::string line; std::getline(log, line);) {
+      if (line.rfind("replayed ", 0) == 0) summary = line.substr(line.find(" from step ") + 1);
+      if (line.rfind("reproduced", 0) == 0 || line.rfind("not reproduced", 0) == 0) verdict = line;
+    }
+    *ok = replayed.exit_code == 0;
+    if (verdict.empty()) verdict = "the replay did not finish: " + replayed.describe();
+    else if (!summary.empty()) verdict += " (replayed " + summary + ")";
+  }
+  for (const char* ext : {".config.json", ".result.json", ".log", ".replay.log"}) {
+    std::error_code ec;
+    fs::remove(stem + ext, ec);
+  }
+  return verdict;
+}
+
+int run_sweep(const SweepOptions& o, std::ostream& out) {
+  const auto start = Clock::now();
+  Budget budget;
+  budget.evaluations = o.shrink_evaluations;
+  if (o.budget_seconds > 0) {
+    budget.deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.budget_seconds));
+  }
+  fs::create_directories(o.out_dir + "/repros");
+  SweepStore store(o.out_dir + "/sweep.db", o.space.to_json().dump(), o.seed);
+  const std::string binary = o.binary.empty() ? self_executable() : o.binary;
+  ChildEvaluator children(binary, o.jobs, o.timeout_seconds, o.out_dir + "/work");
+  EvalCache cache(&store);
+  out << "sweep: seed " << o.seed << ", " << o.runs << " runs over " << o.space_source << " ("
+      << o.space.dimensions().size() << " dimensions), " << o.jobs << " at a time; database " << store.path() << "\n";
+
+  // ---- search ----
+  std::vector<int64_t> pending;
+  int64_t done = 0, failures = 0;
+  for (int64_t i = 0; i < o.runs; ++i) {
+    if (store.has_sample(i)) ++done;
+    else pending.push_back(i);
+  }
+  for (const RunRow& r : store.runs("search")) {
+    if (r.sample < o.runs && !failure_class(r.summary.verdict).empty()) ++failures;
+  }
+  if (done > 0) out << "resuming: " << done << " of " << o.runs << " runs already in the database\n";
+  std::vector<TrainingConfig> to_run;
+  std::vector<int64_t> to_run_sample;
+  for (int64_t i : pending) {
+    const TrainingConfig c = o.space.config(sample_point(o.space, o.seed, uint64_t(i)));
+    if (std::optional<BurstSummary> hit = cache.find(config_hash(c).hex())) {  // trained before: not again
+      cache.add("search", i, c, *hit);
+      ++done;
+      failures += !failure_class(hit->verdict).empty();
+      continue;
+    }
+    to_run.push_back(c);
+    to_run_sample.push_back(i);
+  }
+  Progress progress(o.progress, o.runs);
+  int64_t done_here = 0, search_bursts = 0;
+  progress.update(done, failures, done_here);
+  children.evaluate(
+      to_run,
+      [&](size_t k, const BurstSummary& s) {
+        cache.add("search", to_run_sample[k], to_run[k], s);  // one transaction per finished run
+        ++done, ++done_here, ++search_bursts;
+        failures += !failure_class(s.verdict).empty();
+        progress.update(done, failures, done_here);
+      },
+      [&] { return budget.expired(); });
+  progress.done();
+  if (done < o.runs) {
+    out << "time budget spent after " << done << " of " << o.runs
+        << " runs; the same command resumes from the database\n";
+  }
+
+  // ---- distinct failures ----
+  std::vector<RunRow> searched;
+  for (RunRow& r : store.runs("search")) {
+    if (r.sample < o.runs) searched.push_back(std::move(r));
+  }
+  std::map<std::string, FailureGroup> groups;
+  for (const RunRow& r : searched) {
+    const std::string sig = fault_signature(r.summary.verdict);
+    if (sig.empty()) continue;
+    FailureGroup& g = groups[sig];
+    if (g.occurrences++ == 0) g.signature = sig, g.first = r;
+  }
+  std::vector<FailureGroup> ordered;
+  for (auto& [sig, g] : groups) ordered.push_back(g);
+  std::sort(ordered.begin(), ordered.end(), [](const FailureGroup& a, const FailureGroup& b) {
+    return a.occurrences != b.occurrences ? a.occurrences > b.occurrences : a.first.id < b.first.id;
+  });
+
+  // ---- shrink, repro, replay ----
+  int64_t shrink_bursts = 0, shrunk = 0;
+  for (const FailureGroup& g : ordered) {
+    FailureRow f = store.failure(g.signature).value_or(FailureRow{});
+    f.signature = g.signature;
+    f.first_run = g.first.id;
+    f.occurrences = g.occurrences;
+    if (shrunk >= o.max_shrinks) {
+      store.put_failure(f);
+      continue;
+    }
+    ++shrunk;
+    if (f.minimal_config_json.empty()) {
+      if (budget.expired()) {
+        out << "time budget spent before shrinking " << g.signature << "\n";
+        store.put_failure(f);
+        continue;
+      }
+      const TrainingConfig start_config = config_from_json(json::parse(g.first.config_json), store.path());
+      progress.note("shrinking " + g.signature + " ...");
+      const ShrinkResult r = shrink(o.space, o.space.point_of(start_config), g.first.summary, children, cache, budget,
+                                    [&](const ShrinkResult& s) {
+                                      progress.note("shrinking " + g.signature + ": " + std::to_string(s.evaluations) +
+                                                    " bursts, " + std::to_string(s.accepted) + " steps");
+                                    });
+      progress.done();
+      f.minimal_config_json = config_to_json(o.space.config(r.minimal)).dump();
+      f.shrink_evaluations = r.evaluations;
+      f.shrink_steps = r.accepted;
+      f.budget_exhausted = r.budget_exhausted;
+      shrink_bursts += r.evaluations;
+      store.put_failure(f);
+    }
+    if (f.repro_path.empty() || !fs::exists(f.repro_path)) {
+      const std::string path = o.out_dir + "/repros/" + slug(g.signature) + ".repro.json";
+      bool ok = false;
+      progress.note("recording and replaying the repro of " + g.signature + " ...");
+      f.replay = record_and_replay(binary, config_from_json(json::parse(f.minimal_config_json), store.path()), path,
+                                   failure_class(g.first.summary.verdict), o.timeout_seconds, o.out_dir + "/work", &ok);
+      progress.done();
+      f.repro_path = fs::exists(path) ? path : "";
+      store.put_failure(f);
+    }
+  }
+
+  // ---- summary ----
+  const int64_t n = int64_t(searched.size());
+  int64_t failed = 0;
+  std::map<std::string, int64_t> by_outcome;
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> factor;  // (failed, runs)
+  for (const RunRow& r : searched) {
+    const bool bad = !failure_class(r.summary.verdict).empty();
+    failed += bad;
+    if (bad) ++by_outcome[to_string(r.summary.verdict.outcome)];
+    for (const auto& f : factors_of(config_from_json(json::parse(r.config_json), store.path()))) {
+      auto& cell = factor[f];
+      cell.first += bad;
+      ++cell.second;
+    }
+  }
+  const auto [lo, hi] = wilson_interval(failed, n);
+  out << "\n" << n << " runs, " << failed << " failed: " << percent(n ? double(failed) / double(n) : 0)
+      << " (95% Wilson interval " << percent(lo) << " to " << percent(hi) << ")";
+  for (const auto& [outcome, count] : by_outcome) out << ", " << count << " " << outcome;
+  out << "\nbursts this invocation: " << search_bursts << " search, " << shrink_bursts << " shrink; total in the database: "
+      << store.count("search") << " search, " << store.count("shrink") << " shrink; "
+      << duration_text(std::chrono::duration<double>(Clock::now() - start).count()) << "\n\n";
+  char line[160];
+  std::snprintf(line, sizeof line, "  %-11s %-16s %9s %6s  %s\n", "factor", "value", "failed", "rate", "95% interval");
+  out << line;
+  for (const auto& [key, cell] : factor) {
+    const auto [flo, fhi] = wilson_interval(cell.first, cell.second);
+    const std::string frac = std::to_string(cell.first) + "/" + std::to_string(cell.second);
+    std::snprintf(line, sizeof line, "  %-11s %-16s %9s %6s  [%s, %s]\n", key.first.c_str(), key.second.c_str(),
+                  frac.c_str(), percent(double(cell.first) / double(cell.second)).c_str(), percent(flo).c_str(),
+                  percent(fhi).c_str());
+    out << line;
+  }
+  TrainingConfig simplest = config_from_json(o.space.base(), "<space>");
+  if (o.space.valid(SpacePoint(size_t(o.space.digits()), 0))) simplest = o.space.config(SpacePoint(size_t(o.space.digits()), 0));
+  const std::vector<FailureRow> rows = store.failures();
+  out << "\n" << rows.size() << " distinct failure(s) by fault signature\n";
+  int index = 0;
+  for (const FailureGroup& g : ordered) {
+    const auto row = std::find_if(rows.begin(), rows.end(), [&](const FailureRow& f) { return f.signature == g.signature; });
+    if (row == rows.end()) continue;
+    out << "\n" << ++index << ". " << g.signature << ": " << g.occurrences << " of " << n << " runs (first: sample "
+        << g.first.sample << ")\n";
+    if (row->minimal_config_json.empty()) {
+      out << "   not shrunk (--max-shrinks " << o.max_shrinks << " or the time budget)\n";
+      continue;
+    }
+    const TrainingConfig minimal = config_from_json(json::parse(row->minimal_config_json), store.path());
+    out << "   minimal config (fields away from the space's simplest values):\n";
+    const std::vector<std::string> diff = config_diff(simplest, minimal);
+    if (diff.empty()) out << "     (none: the simplest config of the space fails)\n";
+    for (const std::string& d : diff) out << "     " << d << "\n";
+    out << "   shrink: " << row->shrink_evaluations << " bursts, " << row->shrink_steps << " steps accepted"
+        << (row->budget_exhausted ? " (budget spent: may not be minimal)" : " (a local minimum)") << "\n";
+    if (row->repro_path.empty()) {
+      out << "   " << row->replay << "\n";
+      continue;
+    }
+    const Repro repro = read_repro(row->repro_path);
+    const Verdict& v = repro.verdict;
+    out << "   fails: " << to_string(v.outcome);
+    if (v.onset_step) out << ", onset step " << *v.onset_step;
+    if (v.failure_step) out << ", non-finite at step " << *v.failure_step;
+    if (v.fault) out << ", " << v.fault->describe();
+    out << "\n   repro:  " << row->repro_path << "\n   replay: " << row->replay << "\n";
+    out << "   replay it: spikehunt replay " << row->repro_path << (repro.checkpoint ? " --from-checkpoint" : "") << "\n";
+    out << "   draft regression test:\n";
+    std::istringstream test(draft_regression_test(repro, row->repro_path));
+    for (std::string l; std::getline(test, l);) out << "     " << l << "\n";
+  }
+  return failed > 0 ? kExitFinding : kExitOk;
+}
+
+int run_shrink(const ShrinkOptions& o, std::ostream& out) {
+  const std::string binary = o.binary.empty() ? self_executable() : o.binary;
+  const std::string hash = config_hash(o.config).hex();
+  const std::string out_dir = o.out_dir.empty() ? "results/shrink-" + hash.substr(0, 8) : o.out_dir;
+  fs::create_directories(out_dir);
+  const SearchSpace space = o.space.around(o.config);
+  ChildEvaluator children(binary, o.jobs, o.timeout_seconds, out_dir + "/work");
+  EvalCache cache;
+  out << "shrinking " << o.source << " (config hash " << hash.substr(0, 16) << ") over " << space.dimensions().size()
+      << " dimensions, " << o.jobs << " bursts at a time, at most " << o.evaluations << " bursts\n";
+  BurstSummary start;
+  children.evaluate({o.config}, [&](size_t, const BurstSummary& s) { start = s; });
+  cache.add("check", -1, o.config, start);
+  const std::string target = failure_class(start.verdict);
+  if (target.empty()) {
+    out << "the config is healthy (" << start.verdict.steps_run << " steps): nothing to shrink\n";
+    return kExitOk;
+  }
+  out << "it fails: " << fault_signature(start.verdict) << "\n";
+  Budget budget;
+  budget.evaluations = o.evaluations;
+  const ShrinkResult r = shrink(space, space.point_of(o.config), start, children, cache, budget);
+  const TrainingConfig minimal = space.config(r.minimal);
+  out << "\nminimal config, as a diff from the original (" << r.accepted << " shrink steps, " << r.evaluations + 1
+      << " bursts with the check of the original, " << r.memo_hits << " memo hits"
+      << (r.budget_exhausted ? "; budget spent: may not be minimal" : "; a local minimum") << "):\n";
+  const std::vector<std::string> diff = config_diff(o.config, minimal);
+  if (diff.empty()) out << "  (no change: every simpler candidate stopped failing this way)\n";
+  for (const std::string& d : diff) out << "  " << d << "\n";
+  const std::string path = out_dir + "/minimal.repro.json";
+  save_config(minimal, out_dir + "/minimal.config.json");
+  bool ok = false;
+  const std::string verdict = record_and_replay(binary, minimal, path, target, o.timeout_seconds, out_dir + "/work", &ok);
+  out << "\nminimal config: " << out_dir << "/minimal.config.json\n";
+  if (fs::exists(path)) {
+    const Repro repro = read_repro(path);
+    out << "repro:  " << path << "\nreplay: " << verdict << "\n";
+    out << "replay it: spikehunt replay " << path << (repro.checkpoint ? " --from-checkpoint" : "") << "\n";
+    out << "draft regression test:\n" << draft_regression_test(repro, path);
+  } else {
+    out << verdict << "\n";
+  }
+  return kExitFinding;
+}
+
+}  // namespace spikehunt

@@ -1,0 +1,227 @@
+#include "harness/repro.h"
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/checkpoint.h"
+#include "harness/report.h"
+#include "harness/results.h"
+#include "scenarios/catalog.h"
+#include "scenarios/files.h"
+
+namespace spikehunt {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kReproVersion = 1;
+
+std::string checkpoint_name(const std::string& repro_path) {
+  std::string base = fs::path(repro_path).filename().string();
+  const std::string suffix = ".repro.json";
+  if (base.size() > suffix.size() && base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    base.resize(base.size() - suffix.size());
+  }
+  return base + ".last_healthy.safetensors";
+}
+
+std::string beside(const std::string& repro_path, const std::string& file) {
+  return (fs::path(repro_path).parent_path() / file).string();
+}
+
+}  // namespace
+
+void write_repro(const std::string& path, Repro repro, const std::optional<StateSnapshot>& state) {
+  if (state) {
+    repro.checkpoint = ReproCheckpoint{checkpoint_name(path), state->step, state->monitor};
+    write_checkpoint(beside(path, repro.checkpoint->file), state->tensors,
+                     {{"spikehunt", kVersion}, {"step", std::to_string(state->step)}, {"state", "entering the onset step"}});
+  }
+  json hashes = json::array();
+  for (const StepHashes& h : repro.step_hashes) hashes.push_back({h.input.hex(), h.labels.hex()});
+  json checkpoint = nullptr;
+  if (repro.checkpoint) {
+    checkpoint = {{"file", repro.checkpoint->file},
+                  {"step", repro.checkpoint->step},
+                  {"monitor", {{"chain", repro.checkpoint->monitor.chain.hex()}, {"judge", repro.checkpoint->monitor.judge}}}};
+  }
+  const json j = {{"spikehunt_repro", kReproVersion},
+                  {"config", config_to_json(repro.config)},
+                  {"environment", to_json(repro.environment)},
+                  {"verdict", to_json(repro.verdict)},
+                  {"step_hashes", hashes},
+                  {"checkpoint", checkpoint}};
+  write_file_atomic(path, j.dump(1) + "\n");
+}
+
+Repro read_repro(const std::string& path) {
+  const std::string text = read_file(path, uint64_t{256} << 20);
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) throw InputError(path, "", "", "is not a JSON repro file");
+  if (j.value("spikehunt_repro", 0) != kReproVersion) {
+    throw InputError(path, "spikehunt_repro", j.value("spikehunt_repro", json()).dump(),
+                     "is not a repro format this spikehunt reads (1)");
+  }
+  Repro r;
+  if (!j.contains("config")) throw InputError(path, "config", "", "is missing");
+  r.config = config_from_json(j["config"], path);
+  std::vector<Problem> problems = validate(r.config);
+  for (Problem& p : problems) p.field = "config." + p.field;
+  if (!problems.empty()) throw InputError(path, std::move(problems));
+  const BurstSummary s = summary_from_json({{"verdict", j.value("verdict", json())},
+                                            {"first_input_hash", std::string(32, '0')},
+                                            {"first_label_hash", std::string(32, '0')},
+                                            {"step_hashes", j.value("step_hashes", json::array())}},
+                                           path);
+  r.verdict = s.verdict;
+  r.step_hashes = s.step_hashes;
+  const json env = j.value("environment", json::object());
+  r.environment.spikehunt = env.value("spikehunt", "");
+  r.environment.libtorch = env.value("libtorch", "");
+  r.environment.blas = env.value("blas", "");
+  r.environment.device = env.value("device", "");
+  r.environment.threads = env.value("threads", int64_t{0});
+  r.environment.compiler = env.value("compiler", "");
+  const json c = j.value("checkpoint", json());
+  if (!c.is_null()) {
+    try {
+      ReproCheckpoint cp;
+      cp.file = c.at("file").get<std::string>();
+      cp.step = c.at("step").get<int64_t>();
+      if (!Hash128::parse(c.at("monitor").at("chain").get<std::string>(), &cp.monitor.chain)) {
+        throw InputError(path, "checkpoint.monitor.chain", "", "is not a 32-digit hex hash");
+      }
+      cp.monitor.judge = c.at("monitor").at("judge");
+      if (cp.file.empty() || cp.file.find('/') != std::string::npos) {
+        throw InputError(path, "checkpoint.file", cp.file, "must name a file beside the repro");
+      }
+      r.checkpoint = cp;
+    } catch (const json::exception& e) {
+      throw InputError(path, "checkpoint", "", std::string("is malformed: ") + e.what());
+    }
+  }
+  return r;
+}
+
+// ---- replay ----
+
+namespace {
+
+std::string where(int64_t step) { return "step " + std::to_string(step); }
+
+std::string optional_step(const std::optional<int64_t>& s) { return s ? std::to_string(*s) : "none"; }
+
+}  // namespace
+
+ReplayReport replay(const Repro& repro, const std::string& repro_path, const ReplayOptions& options) {
+  ReplayReport report;
+  TrainingConfig config = repro.config;
+  if (options.threads > 0 && options.threads != config.threads) {
+    report.warnings.push_back("replaying on " + std::to_string(options.threads) + " threads, recorded on " +
+                              std::to_string(config.threads) + ": bit-exactness is not promised");
+    config.threads = options.threads;
+  }
+  const Environment now = environment(to_string(config.device), config.threads);
+  if (now.libtorch != repro.environment.libtorch) {
+    report.warnings.push_back("LibTorch " + now.libtorch + " here, " + repro.environment.libtorch +
+                              " in the repro: bit-exactness is not promised");
+  }
+  if (now.blas != repro.environment.blas) {
+    report.warnings.push_back("BLAS differs (here: " + now.blas + "; repro: " + repro.environment.blas +
+                              "): bit-exactness is not promised");
+  }
+  configure_runtime(config);
+  std::unique_ptr<Scenario> scenario = make_scenario(config);
+  BurstOptions options_burst;
+  if (options.from_checkpoint) {
+    if (!repro.checkpoint) {
+      throw InputError(repro_path, "checkpoint", "null", "is absent: this repro replays from step 0 only",
+                       "drop --from-checkpoint");
+    }
+    const std::string file = beside(repro_path, repro.checkpoint->file);
+    restore_state(*scenario, read_checkpoint(file), file);
+    report.start_step = repro.checkpoint->step;
+    if (scenario->skip_batches(report.start_step) != report.start_step) {
+      report.mismatch = "the data ends before the checkpoint's step " + std::to_string(report.start_step);
+      return report;
+    }
+    options_burst.resume = repro.checkpoint->monitor;
+  }
+  std::string first_mismatch;
+  options_burst.on_step = [&](const StepRecord& r) {
+    if (!first_mismatch.empty()) return;
+    if (r.step >= int64_t(repro.step_hashes.size())) {
+      first_mismatch = where(r.step) + ": the recorded burst had stopped after step " +
+                       std::to_string(int64_t(repro.step_hashes.size()) - 1) + "; the replay went on";
+      return;
+    }
+    const StepHashes& want = repro.step_hashes[size_t(r.step)];
+    if (want.input != r.input_hash) {
+      first_mismatch = where(r.step) + ": input hash expected " + want.input.hex() + ", got " + r.input_hash.hex();
+    } else if (want.labels != r.label_hash) {
+      first_mismatch = where(r.step) + ": label hash expected " + want.labels.hex() + ", got " + r.label_hash.hex();
+    }
+  };
+  const BurstResult result = run_burst(*scenario, config.health, options_burst);
+  const Verdict& got = result.verdict;
+  const Verdict& want = repro.verdict;
+  report.verdict = got;
+  report.steps_run = got.steps_run;
+  report.seconds = got.wall_seconds;
+  auto mismatch = [&](const std::string& what, const std::string& expected, const std::string& actual) {
+    if (first_mismatch.empty() && expected != actual) {
+      first_mismatch = what + ": expected " + expected + ", got " + actual;
+    }
+  };
+  mismatch("outcome", to_string(want.outcome), to_string(got.outcome));
+  mismatch("onset step", optional_step(want.onset_step), optional_step(got.onset_step));
+  mismatch("failure step", optional_step(want.failure_step), optional_step(got.failure_step));
+  mismatch("fault", want.fault ? want.fault->describe() : "none", got.fault ? got.fault->describe() : "none");
+  mismatch("steps run", std::to_string(want.steps_run), std::to_string(report.start_step + got.steps_run));
+  mismatch("hash chain", want.hash_chain.hex(), got.hash_chain.hex());
+  report.mismatch = first_mismatch;
+  report.reproduced = first_mismatch.empty();
+  return report;
+}
+
+Repro record_repro(const TrainingConfig& config, const std::string& path) {
+  configure_runtime(config);
+  std::unique_ptr<Scenario> scenario = make_scenario(config);
+  BurstOptions options;
+  options.keep_states = true;
+  BurstResult result = run_burst(*scenario, config.health, options);
+  Repro repro;
+  repro.config = config;
+  repro.environment = environment(to_string(config.device), config.threads);
+  repro.verdict = result.verdict;
+  repro.step_hashes = result.step_hashes;
+  write_repro(path, repro, result.last_healthy);
+  return read_repro(path);
+}
+
+std::string draft_regression_test(const Repro& repro, const std::string& repro_path) {
+  const std::vector<std::string> overrides = config_diff(default_config(), repro.config);
+  std::string list;
+  for (const std::string& o : overrides) list += "      " + json(o).dump() + ",\n";
+  const std::string name = fs::path(repro_path).filename().string();
+  const std::string id = config_hash(repro.config).hex().substr(0, 8);
+  const Verdict& v = repro.verdict;
+  std::string what = to_string(v.outcome);
+  if (v.fault) what = v.fault->describe();
+  const int64_t at = v.failure_step ? *v.failure_step : v.onset_step.value_or(-1);
+  return "// Drafted by spikehunt from " + name + ": " + what + " at step " + std::to_string(at) +
+         ".\n// Fails until the instability is fixed. Link with spikehunt::harness.\n"
+         "#include <gtest/gtest.h>\n#include \"harness/burst.h\"\n\n"
+         "TEST(TrainingStability, Repro" + id + ") {\n"
+         "  const spikehunt::TrainingConfig config = spikehunt::default_config({\n" + list +
+         "  });\n"
+         "  const spikehunt::BurstResult r = spikehunt::run_config(config, spikehunt::BurstOptions{});\n"
+         "  EXPECT_EQ(r.verdict.outcome, spikehunt::Outcome::kHealthy)\n"
+         "      << (r.verdict.fault ? r.verdict.fault->describe() : spikehunt::to_string(r.verdict.outcome));\n"
+         "}\n";
+}
+
+}  // namespace spikehunt

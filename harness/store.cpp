@@ -1,0 +1,245 @@
+#include "harness/store.h"
+
+#include <sqlite3.h>
+
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "scenarios/error.h"
+
+namespace spikehunt {
+
+namespace {
+
+// A prepared statement that finalizes itself.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) {
+      throw std::runtime_error(std::string("sqlite: ") + sqlite3_errmsg(db) + " in: " + sql);
+    }
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement& bind(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.c_str(), int(s.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& bind(int i, int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  Statement& bind(int i, double v) {
+    sqlite3_bind_double(stmt_, i, v);
+    return *this;
+  }
+  Statement& bind_null(int i) {
+    sqlite3_bind_null(stmt_, i);
+    return *this;
+  }
+  Statement& bind(int i, const std::optional<int64_t>& v) { return v ? bind(i, *v) : bind_null(i); }
+  bool step() {
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throw std::runtime_error(std::string("sqlite: ") + sqlite3_errmsg(db_));
+  }
+  std::string text(int col) const {
+    const unsigned char* t = sqlite3_column_text(stmt_, col);
+    return t ? reinterpret_cast<const char*>(t) : "";
+  }
+  int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+constexpr const char* kSchema = R"(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs(
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL,
+  sample INTEGER,
+  config_hash TEXT NOT NULL,
+  config_json TEXT NOT NULL,
+  outcome TEXT NOT NULL,
+  onset_step INTEGER,
+  failure_step INTEGER,
+  lead_time INTEGER,
+  fault TEXT,
+  signature TEXT NOT NULL,
+  first_input_hash TEXT NOT NULL,
+  first_label_hash TEXT NOT NULL,
+  steps_run INTEGER NOT NULL,
+  wall_seconds REAL NOT NULL,
+  summary_json TEXT NOT NULL,
+  created TEXT NOT NULL DEFAULT (datetime('now')));
+CREATE UNIQUE INDEX IF NOT EXISTS runs_by_sample ON runs(sample) WHERE kind = 'search';
+CREATE INDEX IF NOT EXISTS runs_by_hash ON runs(config_hash);
+CREATE TABLE IF NOT EXISTS failures(
+  signature TEXT PRIMARY KEY,
+  first_run INTEGER NOT NULL,
+  occurrences INTEGER NOT NULL,
+  minimal_config_json TEXT NOT NULL,
+  shrink_evaluations INTEGER NOT NULL,
+  shrink_steps INTEGER NOT NULL,
+  budget_exhausted INTEGER NOT NULL,
+  repro_path TEXT NOT NULL,
+  replay TEXT NOT NULL);
+)";
+
+}  // namespace
+
+SweepStore::SweepStore(const std::string& path, const std::string& space_json, uint64_t seed) : path_(path) {
+  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
+    const std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw InputError(path, "", "", "cannot be opened as a database: " + why);
+  }
+  sqlite3_busy_timeout(db_, 5000);
+  try {
+    exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
+    exec(kSchema);
+  } catch (const std::runtime_error& e) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw InputError(path, "", "", std::string("is not a sweep database (") + e.what() + ")",
+                     "give --out a fresh folder");
+  }
+  auto meta = [&](const std::string& key, const std::string& value) {
+    Statement get(db_, "SELECT value FROM meta WHERE key = ?");
+    get.bind(1, key);
+    if (get.step()) return get.text(0);
+    Statement put(db_, "INSERT INTO meta(key, value) VALUES(?, ?)");
+    put.bind(1, key).bind(2, value).step();
+    return value;
+  };
+  const std::string stored_space = meta("space", space_json);
+  const std::string stored_seed = meta("seed", std::to_string(seed));
+  if (stored_space != space_json || stored_seed != std::to_string(seed)) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw InputError(path, stored_space != space_json ? "space" : "seed",
+                     stored_space != space_json ? "" : stored_seed,
+                     "belongs to a sweep with another " + std::string(stored_space != space_json ? "space" : "seed"),
+                     "resume with the same --space and --seed, or give --out a fresh folder");
+  }
+}
+
+SweepStore::~SweepStore() {
+  if (db_ != nullptr) sqlite3_close(db_);
+}
+
+void SweepStore::exec(const std::string& sql) const {
+  char* error = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    const std::string why = error ? error : "unknown error";
+    sqlite3_free(error);
+    throw std::runtime_error(why);
+  }
+}
+
+bool SweepStore::has_sample(int64_t sample) const {
+  Statement s(db_, "SELECT 1 FROM runs WHERE kind = 'search' AND sample = ?");
+  s.bind(1, sample);
+  return s.step();
+}
+
+std::optional<BurstSummary> SweepStore::find(const std::string& config_hash) const {
+  Statement s(db_, "SELECT summary_json FROM runs WHERE config_hash = ? ORDER BY id LIMIT 1");
+  s.bind(1, config_hash);
+  if (!s.step()) return std::nullopt;
+  return summary_from_json(nlohmann::json::parse(s.text(0)), path_);
+}
+
+void SweepStore::add_run(RunRow row) {
+  const Verdict& v = row.summary.verdict;
+  row.summary.step_hashes.clear();
+  Statement s(db_, R"(INSERT INTO runs(kind, sample, config_hash, config_json, outcome, onset_step, failure_step,
+                        lead_time, fault, signature, first_input_hash, first_label_hash, steps_run, wall_seconds,
+                        summary_json) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?))");
+  s.bind(1, row.kind);
+  if (row.sample >= 0) s.bind(2, row.sample);
+  else s.bind_null(2);
+  s.bind(3, row.config_hash).bind(4, row.config_json).bind(5, std::string(to_string(v.outcome)));
+  s.bind(6, v.onset_step).bind(7, v.failure_step).bind(8, v.lead_time());
+  if (v.fault) s.bind(9, v.fault->describe());
+  else s.bind_null(9);
+  s.bind(10, fault_signature(v)).bind(11, row.summary.first.input.hex()).bind(12, row.summary.first.labels.hex());
+  s.bind(13, v.steps_run).bind(14, v.wall_seconds).bind(15, to_json(row.summary).dump());
+  s.step();  // autocommit: one transaction per run
+}
+
+std::vector<RunRow> SweepStore::runs(const std::string& kind) const {
+  Statement s(db_, "SELECT id, kind, sample, config_json, config_hash, summary_json FROM runs WHERE kind = ? ORDER BY id");
+  s.bind(1, kind);
+  std::vector<RunRow> out;
+  while (s.step()) {
+    RunRow r;
+    r.id = s.integer(0);
+    r.kind = s.text(1);
+    r.sample = s.text(2).empty() ? -1 : s.integer(2);
+    r.config_json = s.text(3);
+    r.config_hash = s.text(4);
+    r.summary = summary_from_json(nlohmann::json::parse(s.text(5)), path_);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+int64_t SweepStore::count(const std::string& kind) const {
+  Statement s(db_, "SELECT COUNT(*) FROM runs WHERE kind = ?");
+  s.bind(1, kind);
+  s.step();
+  return s.integer(0);
+}
+
+void SweepStore::put_failure(const FailureRow& f) {
+  Statement s(db_, R"(INSERT OR REPLACE INTO failures(signature, first_run, occurrences, minimal_config_json,
+                        shrink_evaluations, shrink_steps, budget_exhausted, repro_path, replay)
+                      VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?))");
+  s.bind(1, f.signature).bind(2, f.first_run).bind(3, f.occurrences).bind(4, f.minimal_config_json);
+  s.bind(5, f.shrink_evaluations).bind(6, f.shrink_steps).bind(7, int64_t(f.budget_exhausted));
+  s.bind(8, f.repro_path).bind(9, f.replay);
+  s.step();
+}
+
+namespace {
+
+FailureRow failure_row(const Statement& s) {
+  FailureRow f;
+  f.signature = s.text(0);
+  f.first_run = s.integer(1);
+  f.occurrences = s.integer(2);
+  f.minimal_config_json = s.text(3);
+  f.shrink_evaluations = s.integer(4);
+  f.shrink_steps = s.integer(5);
+  f.budget_exhausted = s.integer(6) != 0;
+  f.repro_path = s.text(7);
+  f.replay = s.text(8);
+  return f;
+}
+
+constexpr const char* kFailureColumns =
+    "SELECT signature, first_run, occurrences, minimal_config_json, shrink_evaluations, shrink_steps, "
+    "budget_exhausted, repro_path, replay FROM failures ";
+
+}  // namespace
+
+std::optional<FailureRow> SweepStore::failure(const std::string& signature) const {
+  Statement s(db_, (std::string(kFailureColumns) + "WHERE signature = ?").c_str());
+  s.bind(1, signature);
+  if (!s.step()) return std::nullopt;
+  return failure_row(s);
+}
+
+std::vector<FailureRow> SweepStore::failures() const {
+  Statement s(db_, (std::string(kFailureColumns) + "ORDER BY first_run").c_str());
+  std::vector<FailureRow> out;
+  while (s.step()) out.push_back(failure_row(s));
+  return out;
+}
+
+}  // namespace spikehunt

@@ -1,0 +1,173 @@
+// Tests generators/driver.h on planted properties: pure functions of the
+// config, no training, so the minimal failing boundary is known exactly.
+#include <gtest/gtest.h>
+
+#include "generators/driver.h"
+#include "generators/gen.h"
+#include "generators/sweep.h"
+#include "harness/results.h"
+
+namespace spikehunt {
+namespace {
+
+using json = nlohmann::json;
+
+SearchSpace planted_space() {
+  return SearchSpace::from_json(json::parse(R"({
+    "dimensions": {
+      "optimizer.lr": {"log_range": [0.01, 1.0]},
+      "optimizer.momentum": {"range": [0, 0.99], "step": 0.01},
+      "activation.kind": {"set": ["relu", "leaky_relu", "gelu", "tanh"]},
+      "protocol.task_order": {"permutations": true},
+      "seed": {"range": [0, 9]},
+      "max_batches_per_epoch": {"range": [5, 30]}
+    }})"),
+                                "planted");
+}
+
+BurstSummary verdict_of(Outcome outcome, Stage stage = Stage::kForward, const std::string& tensor = "fc1_act") {
+  BurstSummary s;
+  s.verdict.outcome = outcome;
+  if (outcome == Outcome::kNonFinite) s.verdict.fault = Fault{tensor, stage, 1, 0, 0, 10};
+  return s;
+}
+
+// Non-finite in the forward pass iff lr >= 0.3 and momentum >= 0.5; extreme
+// iff lr >= 0.12 (and not non-finite); healthy otherwise.
+BurstSummary planted(const TrainingConfig& c) {
+  if (c.optimizer.lr >= 0.3 && c.optimizer.momentum >= 0.5) return verdict_of(Outcome::kNonFinite);
+  if (c.optimizer.lr >= 0.12) return verdict_of(Outcome::kExtreme);
+  return verdict_of(Outcome::kHealthy);
+}
+
+// A start far from simplest: every dimension away from its simplest value.
+SpacePoint far_point(const SearchSpace& s, const std::function<bool(const TrainingConfig&)>& wanted) {
+  for (uint64_t i = 0;; ++i) {
+    const SpacePoint p = sample_point(s, 11, i);
+    if (s.fields_differing(p) == int64_t(s.dimensions().size()) && wanted(s.config(p))) return p;
+  }
+}
+
+TEST(Driver, ShrinksAPlantedPropertyToItsKnownBoundary) {
+  const SearchSpace s = planted_space();
+  const SpacePoint start = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kNonFinite; });
+  FunctionEvaluator evaluator(planted);
+  EvalCache cache;
+  Budget budget;
+  budget.evaluations = 400;
+  const ShrinkResult r = shrink(s, start, planted(s.config(start)), evaluator, cache, budget);
+  const TrainingConfig minimal = s.config(r.minimal);
+  EXPECT_EQ(minimal.optimizer.lr, 0.3) << "the smallest failing lr on the grid";
+  EXPECT_EQ(minimal.optimizer.momentum, 0.5);
+  EXPECT_EQ(minimal.activation.kind, ActivationKind::kRelu);
+  EXPECT_EQ(minimal.protocol.task_order, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(minimal.seed, 0u);
+  EXPECT_EQ(minimal.max_batches_per_epoch, 5);
+  EXPECT_EQ(s.fields_differing(r.minimal), 2);
+  EXPECT_FALSE(r.budget_exhausted);
+  EXPECT_LE(r.evaluations, 120) << "found within a modest budget";
+  EXPECT_EQ(r.evaluations, evaluator.calls()) << "every evaluation is a distinct config: the memo holds the rest";
+  EXPECT_EQ(failure_class(r.summary.verdict), "non_finite:forward");
+}
+
+TEST(Driver, AcceptsOnlyTheSameFailureClass) {
+  // From a non-finite start, candidates that are merely extreme (0.12 <= lr < 0.3) are refused.
+  const SearchSpace s = planted_space();
+  const SpacePoint start = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kNonFinite; });
+  FunctionEvaluator evaluator(planted);
+  EvalCache cache;
+  const ShrinkResult r = shrink(s, start, planted(s.config(start)), evaluator, cache, Budget{});
+  EXPECT_GE(s.config(r.minimal).optimizer.lr, 0.3);
+  // From an extreme start, the boundary is lr 0.12 with momentum at its simplest.
+  const SpacePoint extreme = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kExtreme; });
+  EvalCache cache2;
+  const ShrinkResult e = shrink(s, extreme, planted(s.config(extreme)), evaluator, cache2, Budget{});
+  EXPECT_EQ(s.config(e.minimal).optimizer.lr, 0.12);
+  EXPECT_EQ(s.config(e.minimal).optimizer.momentum, 0.0);
+  EXPECT_EQ(s.fields_differing(e.minimal), 1);
+}
+
+TEST(Driver, StageAndTensorDistinguishFailures) {
+  Verdict a = verdict_of(Outcome::kNonFinite, Stage::kForward, "fc1_act").verdict;
+  Verdict b = verdict_of(Outcome::kNonFinite, Stage::kBackward, "fc1.weight.grad").verdict;
+  EXPECT_EQ(failure_class(a), "non_finite:forward");
+  EXPECT_EQ(failure_class(b), "non_finite:backward");
+  EXPECT_EQ(fault_signature(a), "non_finite:forward:fc1_act");
+  EXPECT_EQ(failure_class(verdict_of(Outcome::kHealthy).verdict), "");
+  EXPECT_EQ(failure_class(verdict_of(Outcome::kTimeout).verdict), "timeout");
+}
+
+TEST(Driver, BudgetStopsTheShrinkAndSaysSo) {
+  const SearchSpace s = planted_space();
+  const SpacePoint start = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kNonFinite; });
+  FunctionEvaluator evaluator(planted);
+  EvalCache cache;
+  Budget budget;
+  budget.evaluations = 5;
+  const ShrinkResult r = shrink(s, start, planted(s.config(start)), evaluator, cache, budget);
+  EXPECT_TRUE(r.budget_exhausted);
+  EXPECT_LE(r.evaluations, 5);
+  EXPECT_LE(s.fields_differing(r.minimal), s.fields_differing(start));
+  EXPECT_EQ(failure_class(planted(s.config(r.minimal)).verdict), "non_finite:forward") << "still fails the same way";
+}
+
+// The same walk with windows of 3 candidates evaluated at once ends at the same minimum.
+class WindowedEvaluator : public FunctionEvaluator {
+ public:
+  using FunctionEvaluator::FunctionEvaluator;
+  int parallelism() const override { return 3; }
+};
+
+TEST(Driver, ResultDoesNotDependOnTheJobCount) {
+  const SearchSpace s = planted_space();
+  const SpacePoint start = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kNonFinite; });
+  FunctionEvaluator one(planted);
+  WindowedEvaluator three(planted);
+  EvalCache c1, c3;
+  const ShrinkResult a = shrink(s, start, planted(s.config(start)), one, c1, Budget{});
+  const ShrinkResult b = shrink(s, start, planted(s.config(start)), three, c3, Budget{});
+  EXPECT_EQ(a.minimal, b.minimal);
+}
+
+TEST(Driver, TheMemoAnswersRepeatedConfigs) {
+  const SearchSpace s = planted_space();
+  const SpacePoint start = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kNonFinite; });
+  FunctionEvaluator evaluator(planted);
+  EvalCache cache;
+  shrink(s, start, planted(s.config(start)), evaluator, cache, Budget{});
+  const int64_t first = evaluator.calls();
+  const ShrinkResult again = shrink(s, start, planted(s.config(start)), evaluator, cache, Budget{});
+  EXPECT_EQ(evaluator.calls(), first) << "a second identical shrink trains nothing";
+  EXPECT_EQ(again.evaluations, 0);
+  EXPECT_GT(again.memo_hits, 0);
+}
+
+TEST(Sweep, WilsonIntervals) {
+  auto [lo, hi] = wilson_interval(0, 10);
+  EXPECT_NEAR(lo, 0.0, 1e-12);
+  EXPECT_NEAR(hi, 0.2775, 1e-4);
+  std::tie(lo, hi) = wilson_interval(5, 10);
+  EXPECT_NEAR(lo, 0.2366, 1e-4);
+  EXPECT_NEAR(hi, 0.7634, 1e-4);
+  std::tie(lo, hi) = wilson_interval(10, 10);
+  EXPECT_NEAR(lo, 0.7225, 1e-4);
+  EXPECT_NEAR(hi, 1.0, 1e-12);
+}
+
+TEST(Sweep, FactorsNameTheIssuesFactors) {
+  TrainingConfig c;
+  c.optimizer.lr = 0.15;
+  c.optimizer.momentum = 0.9;
+  c.protocol.task_order = {1, 0};
+  c.seed = 3;
+  const auto f = factors_of(c);
+  const std::map<std::string, std::string> m(f.begin(), f.end());
+  EXPECT_EQ(m.at("lr decade"), "[0.1, 1)");
+  EXPECT_EQ(m.at("momentum"), "(0.5, 0.9]");
+  EXPECT_EQ(m.at("task order"), "B>A");
+  EXPECT_EQ(m.at("activation"), "leaky_relu");
+  EXPECT_EQ(m.at("seed"), "3");
+}
+
+}  // namespace
+}  // namespace spikehunt

@@ -1,0 +1,290 @@
+// Tests the sweep, shrink and replay verbs end to end: real bursts on the
+// synthetic data in child processes, a sweep killed and resumed, children
+// that crash or hang, and replays that must catch a changed hash.
+#include <signal.h>
+#include <spawn.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fcntl.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "generators/gen.h"
+#include "generators/space.h"
+#include "generators/sweep.h"
+#include "harness/store.h"
+#include "harness/repro.h"
+#include "test_util.h"
+
+extern char** environ;
+
+namespace spikehunt {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using testing::run_spikehunt;
+using testing::TempDir;
+
+bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+// A small fast space: a tiny MLP, a few steps; lr up to 8 with momentum 0.9 diverges.
+constexpr const char* kSpace = R"({
+  "base": {"model": {"kind": "mlp", "mlp_width": 32}, "dataset": {"synthetic_train_per_class": 40},
+           "batch_size": 16, "threads": 1},
+  "dimensions": {
+    "optimizer.lr": {"log_range": [0.01, 8]},
+    "seed": {"range": [0, 3]},
+    "max_batches_per_epoch": {"range": [2, 6]}
+  }})";
+
+std::string write_space(const TempDir& dir, const std::string& text = kSpace) {
+  testing::write_bytes(dir.file("space.json"), text);
+  return dir.file("space.json");
+}
+
+int64_t count_runs(const std::string& db, const std::string& where = "kind = 'search'") {
+  sqlite3* h = nullptr;
+  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    sqlite3_close(h);
+    return -1;
+  }
+  sqlite3_busy_timeout(h, 2000);
+  sqlite3_stmt* s = nullptr;
+  int64_t n = -1;
+  if (sqlite3_prepare_v2(h, ("SELECT COUNT(*), COUNT(DISTINCT sample) FROM runs WHERE " + where).c_str(), -1, &s,
+                         nullptr) == SQLITE_OK &&
+      sqlite3_step(s) == SQLITE_ROW) {
+    n = sqlite3_column_int64(s, 0);
+    if (sqlite3_column_int64(s, 1) != n && where == "kind = 'search'") n = -2;  // a sample twice
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(h);
+  return n;
+}
+
+std::string only_repro(const std::string& dir) {
+  std::string found;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 11 && name.substr(name.size() - 11) == ".repro.json") found = e.path().string();
+  }
+  return found;
+}
+
+TEST(SweepEndToEnd, FindsShrinksAndReplaysAFailure) {
+  TempDir dir;
+  const std::string space = write_space(dir);
+  const std::string out = dir.file("sweep");
+  const std::string command = "sweep --space " + space + " --runs 6 -j 2 --out " + out +
+                              " --no-progress --shrink-budget 25 --max-shrinks 1";
+  const auto r = run_spikehunt(command);
+  ASSERT_EQ(r.exit_code, 1) << r.output;
+  for (const char* part : {"6 runs, ", "95% Wilson interval", "lr decade", "distinct failure", "minimal config",
+                           "replay: reproduced", "replay it: spikehunt replay", "TEST(TrainingStability"}) {
+    EXPECT_TRUE(has(r.output, part)) << part << "\n" << r.output;
+  }
+  EXPECT_EQ(count_runs(out + "/sweep.db"), 6);
+  EXPECT_GT(count_runs(out + "/sweep.db", "kind = 'shrink'"), 0);
+  const std::string repro = only_repro(out + "/repros");
+  ASSERT_FALSE(repro.empty());
+  const Repro rp = read_repro(repro);
+  ASSERT_TRUE(rp.checkpoint) << "a failing burst has a last healthy state";
+  EXPECT_FALSE(rp.step_hashes.empty());
+  // Replays from step 0 and from the checkpoint both reproduce it.
+  const auto zero = run_spikehunt("replay " + repro);
+  EXPECT_EQ(zero.exit_code, 0) << zero.output;
+  EXPECT_TRUE(has(zero.output, "from step 0")) << zero.output;
+  EXPECT_TRUE(has(zero.output, "reproduced: ")) << zero.output;
+  const auto ckpt = run_spikehunt("replay " + repro + " --from-checkpoint");
+  EXPECT_EQ(ckpt.exit_code, 0) << ckpt.output;
+  EXPECT_TRUE(has(ckpt.output, "from step " + std::to_string(rp.checkpoint->step))) << ckpt.output;
+  EXPECT_TRUE(has(ckpt.output, "reproduced: ")) << ckpt.output;
+  // The same command again resumes: nothing is trained twice.
+  const auto again = run_spikehunt(command);
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_TRUE(has(again.output, "resuming: 6 of 6 runs already in the database")) << again.output;
+  EXPECT_TRUE(has(again.output, "bursts this invocation: 0 search, 0 shrink")) << again.output;
+}
+
+TEST(SweepEndToEnd, AKilledSweepResumesWithoutLosingOrRepeatingARun) {
+  TempDir dir;
+  const std::string space = write_space(dir);
+  const std::string out = dir.file("sweep");
+  std::vector<std::string> args = {SPIKEHUNT_BINARY, "sweep", "--space", space, "--runs", "10", "-j", "1",
+                                   "--out", out, "--no-progress", "--max-shrinks", "0"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  int64_t before = 0;
+  for (int i = 0; i < 1200 && before < 3; ++i) {  // up to 60 s for 3 runs
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (fs::exists(out + "/sweep.db")) before = count_runs(out + "/sweep.db");
+  }
+  ASSERT_GE(before, 3);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  const int64_t committed = count_runs(out + "/sweep.db");
+  ASSERT_LT(committed, 10) << "killed mid-sweep";
+  const auto r = run_spikehunt("sweep --space " + space + " --runs 10 -j 1 --out " + out + " --no-progress --max-shrinks 0");
+  EXPECT_TRUE(has(r.output, "resuming: " + std::to_string(committed) + " of 10 runs")) << r.output;
+  EXPECT_TRUE(has(r.output, "bursts this invocation: " + std::to_string(10 - committed) + " search")) << r.output;
+  EXPECT_EQ(count_runs(out + "/sweep.db"), 10) << "every sample exactly once (-2: a sample twice)";
+  // The resumed samples are the points the seed defines.
+  const SearchSpace s = SearchSpace::load(space);
+  sqlite3* h = nullptr;
+  sqlite3_open((out + "/sweep.db").c_str(), &h);
+  sqlite3_stmt* q = nullptr;
+  sqlite3_prepare_v2(h, "SELECT sample, config_json FROM runs WHERE kind = 'search'", -1, &q, nullptr);
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    const int64_t sample = sqlite3_column_int64(q, 0);
+    const json stored = json::parse(reinterpret_cast<const char*>(sqlite3_column_text(q, 1)));
+    EXPECT_EQ(stored, config_to_json(s.config(sample_point(s, 0, uint64_t(sample))))) << "sample " << sample;
+  }
+  sqlite3_finalize(q);
+  sqlite3_close(h);
+}
+
+TEST(SweepEndToEnd, CrashingAndHangingChildrenBecomeVerdictsAndTheSweepGoesOn) {
+  TempDir dir;
+  const std::string space = write_space(dir, R"({
+    "base": {"model": {"kind": "mlp", "mlp_width": 16}, "dataset": {"synthetic_train_per_class": 20},
+             "batch_size": 16, "max_batches_per_epoch": 2, "threads": 1, "optimizer": {"lr": 0.01}},
+    "dimensions": {"seed": {"range": [0, 3]}}})");
+  // A stand-in for spikehunt whose bursts segfault for seed 1 and hang for seed 2.
+  const std::string fake = dir.file("fake-spikehunt");
+  testing::write_bytes(fake, std::string("#!/bin/sh\n") +
+                                 "if [ \"$1\" = burst ] && grep -q '\"seed\": 1,' \"$3\"; then kill -SEGV $$; fi\n"
+                                 "if [ \"$1\" = burst ] && grep -q '\"seed\": 2,' \"$3\"; then exec sleep 60; fi\n"
+                                 "exec " + SPIKEHUNT_BINARY + " \"$@\"\n");
+  fs::permissions(fake, fs::perms::owner_all);
+  const SearchSpace s = SearchSpace::load(space);
+  std::set<uint64_t> seeds;
+  for (uint64_t i = 0; i < 8; ++i) seeds.insert(s.config(sample_point(s, 0, i)).seed);
+  ASSERT_TRUE(seeds.count(1) && seeds.count(2) && seeds.count(0)) << "the premise: the 8 samples cover seeds 0, 1, 2";
+  const std::string out = dir.file("sweep");
+  // Run the orchestrator in this process so it can spawn the stand-in.
+  SweepOptions o;
+  o.space = s;
+  o.runs = 8;
+  o.jobs = 2;
+  o.timeout_seconds = 3;
+  o.max_shrinks = 0;
+  o.out_dir = out;
+  o.binary = fake;
+  o.progress = false;
+  std::ostringstream text;
+  EXPECT_EQ(run_sweep(o, text), 1);
+  EXPECT_EQ(count_runs(out + "/sweep.db"), 8) << text.str();
+  SweepStore store(out + "/sweep.db", s.to_json().dump(), 0);
+  for (const RunRow& r : store.runs("search")) {
+    const uint64_t seed = json::parse(r.config_json)["seed"].get<uint64_t>();
+    const Verdict& v = r.summary.verdict;
+    if (seed == 1) {
+      EXPECT_EQ(v.outcome, Outcome::kCrashed) << v.message;
+      EXPECT_TRUE(has(v.message, "signal 11")) << v.message;
+    } else if (seed == 2) {
+      EXPECT_EQ(v.outcome, Outcome::kTimeout) << v.message;
+    } else {
+      EXPECT_EQ(v.outcome, Outcome::kHealthy) << v.message;
+    }
+  }
+  EXPECT_TRUE(has(text.str(), "crashed")) << text.str();
+  EXPECT_TRUE(has(text.str(), "timeout")) << text.str();
+}
+
+TEST(SweepEndToEnd, BadInputIsExitTwo) {
+  TempDir dir;
+  testing::write_bytes(dir.file("bad.json"), R"({"dimensions": {"optimizer.lr": {"log_range": [1, 0.1]}}})");
+  auto r = run_spikehunt("sweep --space " + dir.file("bad.json") + " --out " + dir.file("o"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.output, "dimensions.optimizer.lr = [1,0.1] is empty: min > max")) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("o/sweep.db")));
+  r = run_spikehunt("sweep --budget 5x --out " + dir.file("o"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.output, "--budget = 5x is not a duration")) << r.output;
+  r = run_spikehunt("sweep --runs 0 --out " + dir.file("o"));
+  EXPECT_EQ(r.exit_code, 2);
+  // A database from another seed is refused, not mixed.
+  const std::string space = write_space(dir);
+  r = run_spikehunt("sweep --space " + space + " --runs 1 --max-shrinks 0 --no-progress --out " + dir.file("s"));
+  ASSERT_NE(r.exit_code, 2) << r.output;
+  r = run_spikehunt("sweep --space " + space + " --runs 1 --seed 5 --no-progress --out " + dir.file("s"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.output, "sweep.db: seed = 0 belongs to a sweep with another seed")) << r.output;
+  fs::create_directories(dir.file("junk"));
+  testing::write_bytes(dir.file("junk/sweep.db"), std::string(4096, 'x'));
+  r = run_spikehunt("sweep --space " + space + " --runs 1 --no-progress --out " + dir.file("junk"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.output, "is not a sweep database")) << r.output;
+}
+
+TEST(ReplayEndToEnd, ATamperedHashIsReportedAtItsStep) {
+  TempDir dir;
+  const TrainingConfig c = default_config({"model.kind=mlp", "optimizer.lr=8", "dataset.synthetic_train_per_class=20",
+                                           "batch_size=16", "max_batches_per_epoch=3", "threads=1"});
+  const std::string path = dir.file("x.repro.json");
+  const Repro rp = record_repro(c, path);
+  ASSERT_NE(rp.verdict.outcome, Outcome::kHealthy);
+  ASSERT_GE(rp.step_hashes.size(), 2u);
+  EXPECT_EQ(run_spikehunt("replay " + path).exit_code, 0);
+  json j = json::parse(std::ifstream(path));
+  std::string h = j["step_hashes"][1][0];
+  h[0] = h[0] == '0' ? '1' : '0';
+  j["step_hashes"][1][0] = h;
+  testing::write_bytes(path, j.dump());
+  const auto r = run_spikehunt("replay " + path);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(has(r.output, "not reproduced: step 1: input hash expected " + h)) << r.output;
+  j["config"]["optimizer"]["lr"] = -1;
+  testing::write_bytes(path, j.dump());
+  const auto bad = run_spikehunt("replay " + path);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_TRUE(has(bad.output, "x.repro.json: config.optimizer.lr = -1 is not in (0, 10]")) << bad.output;
+  testing::write_bytes(path, "{}");
+  EXPECT_EQ(run_spikehunt("replay " + path).exit_code, 2);
+}
+
+TEST(ShrinkEndToEnd, ShrinksAFailingConfigAndLeavesAHealthyOneAlone) {
+  TempDir dir;
+  const std::string space = write_space(dir);
+  const TrainingConfig bad = default_config({"model.kind=mlp", "model.mlp_width=32", "dataset.synthetic_train_per_class=40", "batch_size=16",
+                        "threads=1", "optimizer.lr=6", "seed=3", "max_batches_per_epoch=6"});
+  save_config(bad, dir.file("bad.json"));
+  const auto r = run_spikehunt("shrink --config " + dir.file("bad.json") + " --space " + space + " -j 2 --budget 25 --out " +
+                               dir.file("shrunk"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "minimal config, as a diff from the original")) << r.output;
+  EXPECT_TRUE(has(r.output, "replay: reproduced")) << r.output;
+  const TrainingConfig minimal = load_config(dir.file("shrunk/minimal.config.json"));
+  EXPECT_LE(minimal.optimizer.lr, bad.optimizer.lr);
+  EXPECT_LE(minimal.seed, bad.seed);
+  EXPECT_LE(minimal.max_batches_per_epoch, bad.max_batches_per_epoch);
+  TrainingConfig fine = bad;
+  fine.optimizer.lr = 0.01;
+  save_config(fine, dir.file("fine.json"));
+  const auto ok = run_spikehunt("shrink --config " + dir.file("fine.json") + " --space " + space + " --out " + dir.file("f"));
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_TRUE(has(ok.output, "nothing to shrink")) << ok.output;
+}
+
+}  // namespace
+}  // namespace spikehunt
