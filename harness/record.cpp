@@ -153,6 +153,7 @@ std::string failure_class(const Verdict& v) {
 std::string fault_signature(const Verdict& v) {
   std::string s = failure_class(v);
   if (v.outcome == Outcome::kNonFinite && v.fault) s += ":" + v.fault->tensor;
+  if (v.outcome == Outcome::kExtreme && !v.onset_rules.empty()) s += ":" + v.onset_rules.front();
   return s;
 }
 

@@ -116,7 +116,8 @@ BurstSummary summary_from_json(const nlohmann::json& j, const std::string& file)
 // "extreme", "crashed" or "timeout". A shrink keeps a candidate only when its
 // class is the original's.
 std::string failure_class(const Verdict& v);
-// The class plus the faulting tensor ("non_finite:forward:fc2_logits"):
+// The class plus the faulting tensor ("non_finite:forward:fc2_logits") or,
+// for an extreme burst, the first rule of its onset ("extreme:grad_norm_limit"):
 // what makes two failures distinct in a sweep.
 std::string fault_signature(const Verdict& v);
 // Number formatting shared by JSON writers: finite doubles as numbers,

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # quickstart.sh — the README's two commands on a fresh Debian 12 machine.
-#   scripts/quickstart.sh run [spikehunt run flags...]   install, build, run the built-in default burst
+#   scripts/quickstart.sh run [spikehunt sweep flags...] install, build, run the default sweep
 #   scripts/quickstart.sh test                           install, build, run the tests
 # Installs packages with scripts/setup.sh (apt, as root or through sudo),
-# builds Release into build/, then runs. `run` exits 0 when the burst ran to a
-# verdict (the built-in default is designed to fail: spikehunt's own exit code
-# 1 means "a finding", see README), 2 on bad input.
+# builds Release into build/, then runs. `run` exits 0 when the sweep ran to
+# its summary (it is meant to find failures: spikehunt's own exit code 1 means
+# "a finding", see README), 2 on bad input.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,11 +23,11 @@ if [ "$what" = test ]; then
 fi
 
 set +e
-build/spikehunt run "$@"
+build/spikehunt sweep "$@"
 rc=$?
 set -e
 if [ $rc -eq 1 ]; then
-  echo "spikehunt run exited 1: the burst failed (a finding), as the built-in default is designed to."
+  echo "spikehunt sweep exited 1: it found failures (a finding), as the default sweep is meant to."
   exit 0
 fi
 exit $rc

@@ -95,6 +95,10 @@ TEST(Driver, StageAndTensorDistinguishFailures) {
   EXPECT_EQ(fault_signature(a), "non_finite:forward:fc1_act");
   EXPECT_EQ(failure_class(verdict_of(Outcome::kHealthy).verdict), "");
   EXPECT_EQ(failure_class(verdict_of(Outcome::kTimeout).verdict), "timeout");
+  Verdict e = verdict_of(Outcome::kExtreme).verdict;
+  e.onset_rules = {"param_jump_limit", "grad_norm_limit"};
+  EXPECT_EQ(failure_class(e), "extreme");
+  EXPECT_EQ(fault_signature(e), "extreme:param_jump_limit");
 }
 
 TEST(Driver, BudgetStopsTheShrinkAndSaysSo) {
