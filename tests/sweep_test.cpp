@@ -284,6 +284,25 @@ TEST(ShrinkEndToEnd, ShrinksAFailingConfigAndLeavesAHealthyOneAlone) {
   const auto ok = run_spikehunt("shrink --config " + dir.file("fine.json") + " --space " + space + " --out " + dir.file("f"));
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_TRUE(has(ok.output, "nothing to shrink")) << ok.output;
+  const auto missing = run_spikehunt("shrink --run no-such-run");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_TRUE(has(missing.output, "--run = no-such-run is neither a run folder nor a run id under results/")) << missing.output;
+  EXPECT_EQ(run_spikehunt("shrink --config " + dir.file("bad.json") + " --run x").exit_code, 2);
+}
+
+TEST(SweepEndToEnd, ATimeBudgetStopsTheSweepAndTheSameCommandResumes) {
+  TempDir dir;
+  const std::string space = write_space(dir);
+  const std::string command = "sweep --space " + space + " --runs 12 -j 1 --budget 2s --max-shrinks 0 --no-progress --out " +
+                              dir.file("s");
+  const auto first = run_spikehunt(command);
+  EXPECT_TRUE(has(first.output, "time budget spent after ")) << first.output;
+  const int64_t done = count_runs(dir.file("s/sweep.db"));
+  EXPECT_GT(done, 0);
+  EXPECT_LT(done, 12);
+  const auto rest = run_spikehunt("sweep --space " + space + " --runs 12 -j 2 --max-shrinks 0 --no-progress --out " + dir.file("s"));
+  EXPECT_TRUE(has(rest.output, "resuming: " + std::to_string(done) + " of 12 runs")) << rest.output;
+  EXPECT_EQ(count_runs(dir.file("s/sweep.db")), 12);
 }
 
 }  // namespace
