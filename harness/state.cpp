@@ -4,6 +4,8 @@
 #include <c10/util/string_utils.h>
 
 #include <map>
+#include <memory>
+#include <optional>
 #include <mutex>
 
 #include "scenarios/error.h"
@@ -20,6 +22,22 @@ std::string shape_text(const torch::Tensor& t) {
 
 std::string key_of(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
 
+// Adam and AdamW keep the same state in unrelated types.
+template <class AdamState>
+std::optional<int64_t> adam_step(torch::optim::OptimizerParamState* state) {
+  auto* a = dynamic_cast<AdamState*>(state);
+  return a ? std::optional<int64_t>(a->step()) : std::nullopt;
+}
+
+template <class AdamState>
+std::unique_ptr<torch::optim::OptimizerParamState> adam_state(const torch::Tensor& avg, const torch::Tensor& sq,
+                                                              const torch::Tensor& max, int64_t step) {
+  auto s = std::make_unique<AdamState>();
+  s->exp_avg(avg).exp_avg_sq(sq).step(step);
+  if (max.defined()) s->max_exp_avg_sq(max);
+  return s;
+}
+
 }  // namespace
 
 std::vector<NamedTensor> capture_state(Scenario& scenario) {
@@ -28,33 +46,20 @@ std::vector<NamedTensor> capture_state(Scenario& scenario) {
   torch::nn::Module& model = scenario.model();
   for (const auto& p : model.named_parameters()) out.push_back({"model." + p.key(), p.value().detach().clone()});
   for (const auto& b : model.named_buffers()) out.push_back({"model." + b.key(), b.value().detach().clone()});
+  for (const NamedTensor& s : optimizer_state_of(scenario.optimizer(), named_parameters(model))) {
+    out.push_back({"optim." + s.name, s.tensor.detach().clone()});
+  }
   auto& state = scenario.optimizer().state();
-  for (const auto& p : model.named_parameters()) {
+  for (const auto& p : model.named_parameters()) {  // Adam's step counts
     auto it = state.find(key_of(p.value()));
     if (it == state.end()) continue;
-    const std::string prefix = "optim." + p.key() + ".";
-    auto add = [&](const char* name, const torch::Tensor& t) {
-      if (t.defined()) out.push_back({prefix + name, t.detach().clone()});
-    };
-    auto step = [&](int64_t s) { out.push_back({prefix + "step", torch::tensor(s, torch::kInt64)}); };
-    if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
-      add("momentum_buffer", s->momentum_buffer());
-    } else if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
-      add("exp_avg", a->exp_avg());
-      add("exp_avg_sq", a->exp_avg_sq());
-      add("max_exp_avg_sq", a->max_exp_avg_sq());
-      step(a->step());
-    } else if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
-      add("exp_avg", w->exp_avg());
-      add("exp_avg_sq", w->exp_avg_sq());
-      add("max_exp_avg_sq", w->max_exp_avg_sq());
-      step(w->step());
-    }
+    std::optional<int64_t> step = adam_step<torch::optim::AdamParamState>(it->second.get());
+    if (!step) step = adam_step<torch::optim::AdamWParamState>(it->second.get());
+    if (step) out.push_back({"optim." + p.key() + ".step", torch::tensor(*step, torch::kInt64)});
   }
   out.push_back({"rng.cpu", at::detail::getDefaultCPUGenerator().get_state()});
   return out;
 }
-
 void restore_state(Scenario& scenario, const std::vector<NamedTensor>& tensors, const std::string& source) {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> by_name;
@@ -106,17 +111,8 @@ void restore_state(Scenario& scenario, const std::vector<NamedTensor>& tensors, 
         throw InputError(source, prefix + "exp_avg_sq / step", "", "is missing beside " + prefix + "exp_avg");
       }
       const int64_t n = step.to(torch::kCPU).to(torch::kInt64).item<int64_t>();
-      if (adam) {
-        auto s = std::make_unique<torch::optim::AdamParamState>();
-        s->exp_avg(avg).exp_avg_sq(sq).step(n);
-        if (mx.defined()) s->max_exp_avg_sq(mx);
-        state[key_of(param)] = std::move(s);
-      } else {
-        auto s = std::make_unique<torch::optim::AdamWParamState>();
-        s->exp_avg(avg).exp_avg_sq(sq).step(n);
-        if (mx.defined()) s->max_exp_avg_sq(mx);
-        state[key_of(param)] = std::move(s);
-      }
+      state[key_of(param)] = adam ? adam_state<torch::optim::AdamParamState>(avg, sq, mx, n)
+                                  : adam_state<torch::optim::AdamWParamState>(avg, sq, mx, n);
     }
   }
   if (torch::Tensor rng = take("rng.cpu"); rng.defined()) {

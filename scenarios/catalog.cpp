@@ -29,6 +29,21 @@ std::vector<NamedTensor> named_parameters(torch::nn::Module& model) {
   return out;
 }
 
+namespace {
+
+// Adam and AdamW keep the same moments in unrelated state types.
+template <class AdamState>
+bool add_moments(torch::optim::OptimizerParamState* state, const std::string& name, std::vector<NamedTensor>* out) {
+  auto* a = dynamic_cast<AdamState*>(state);
+  if (a == nullptr) return false;
+  out->push_back({name + ".exp_avg", a->exp_avg()});
+  out->push_back({name + ".exp_avg_sq", a->exp_avg_sq()});
+  if (a->max_exp_avg_sq().defined()) out->push_back({name + ".max_exp_avg_sq", a->max_exp_avg_sq()});
+  return true;
+}
+
+}  // namespace
+
 std::vector<NamedTensor> optimizer_state_of(torch::optim::Optimizer& optimizer,
                                             const std::vector<NamedTensor>& params) {
   std::vector<NamedTensor> out;
@@ -38,12 +53,8 @@ std::vector<NamedTensor> optimizer_state_of(torch::optim::Optimizer& optimizer,
     if (it == state.end()) continue;
     if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
       if (s->momentum_buffer().defined()) out.push_back({p.name + ".momentum_buffer", s->momentum_buffer()});
-    } else if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
-      out.push_back({p.name + ".exp_avg", a->exp_avg()});
-      out.push_back({p.name + ".exp_avg_sq", a->exp_avg_sq()});
-    } else if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
-      out.push_back({p.name + ".exp_avg", w->exp_avg()});
-      out.push_back({p.name + ".exp_avg_sq", w->exp_avg_sq()});
+    } else if (!add_moments<torch::optim::AdamParamState>(it->second.get(), p.name, &out)) {
+      add_moments<torch::optim::AdamWParamState>(it->second.get(), p.name, &out);
     }
   }
   return out;

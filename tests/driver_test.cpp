@@ -41,6 +41,12 @@ BurstSummary planted(const TrainingConfig& c) {
 }
 
 // A start far from simplest: every dimension away from its simplest value.
+SpacePoint far_point(const SearchSpace& s, const std::function<bool(const TrainingConfig&)>& wanted);
+
+SpacePoint non_finite_start(const SearchSpace& s) {
+  return far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kNonFinite; });
+}
+
 SpacePoint far_point(const SearchSpace& s, const std::function<bool(const TrainingConfig&)>& wanted) {
   for (uint64_t i = 0;; ++i) {
     const SpacePoint p = sample_point(s, 11, i);
@@ -50,7 +56,7 @@ SpacePoint far_point(const SearchSpace& s, const std::function<bool(const Traini
 
 TEST(Driver, ShrinksAPlantedPropertyToItsKnownBoundary) {
   const SearchSpace s = planted_space();
-  const SpacePoint start = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kNonFinite; });
+  const SpacePoint start = non_finite_start(s);
   FunctionEvaluator evaluator(planted);
   EvalCache cache;
   Budget budget;
@@ -73,7 +79,7 @@ TEST(Driver, ShrinksAPlantedPropertyToItsKnownBoundary) {
 TEST(Driver, AcceptsOnlyTheSameFailureClass) {
   // From a non-finite start, candidates that are merely extreme (0.12 <= lr < 0.3) are refused.
   const SearchSpace s = planted_space();
-  const SpacePoint start = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kNonFinite; });
+  const SpacePoint start = non_finite_start(s);
   FunctionEvaluator evaluator(planted);
   EvalCache cache;
   const ShrinkResult r = shrink(s, start, planted(s.config(start)), evaluator, cache, Budget{});
@@ -103,7 +109,7 @@ TEST(Driver, StageAndTensorDistinguishFailures) {
 
 TEST(Driver, BudgetStopsTheShrinkAndSaysSo) {
   const SearchSpace s = planted_space();
-  const SpacePoint start = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kNonFinite; });
+  const SpacePoint start = non_finite_start(s);
   FunctionEvaluator evaluator(planted);
   EvalCache cache;
   Budget budget;
@@ -124,7 +130,7 @@ class WindowedEvaluator : public FunctionEvaluator {
 
 TEST(Driver, ResultDoesNotDependOnTheJobCount) {
   const SearchSpace s = planted_space();
-  const SpacePoint start = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kNonFinite; });
+  const SpacePoint start = non_finite_start(s);
   FunctionEvaluator one(planted);
   WindowedEvaluator three(planted);
   EvalCache c1, c3;
@@ -135,7 +141,7 @@ TEST(Driver, ResultDoesNotDependOnTheJobCount) {
 
 TEST(Driver, TheMemoAnswersRepeatedConfigs) {
   const SearchSpace s = planted_space();
-  const SpacePoint start = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kNonFinite; });
+  const SpacePoint start = non_finite_start(s);
   FunctionEvaluator evaluator(planted);
   EvalCache cache;
   shrink(s, start, planted(s.config(start)), evaluator, cache, Budget{});
