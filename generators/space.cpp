@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <climits>
 #include <cstdio>
 #include <set>
 
@@ -204,6 +205,9 @@ class SpaceParser {
     if (!r.is_array() || r.size() != 2 || !r[0].is_number() || !r[1].is_number()) {
       return fail(show(r), "must be [min, max] numbers");
     }
+    if (spec.contains("step") && !spec["step"].is_number()) {  // found by fuzz_space
+      return fail(show(spec["step"]), "step must be a number");
+    }
     const double lo = r[0].get<double>(), hi = r[1].get<double>();
     if (lo > hi) return fail(show(r), "is empty: min > max", "write [min, max] with min <= max");
     if (log_scale && !(lo > 0)) return fail(show(r), "must be positive for a log range", "use range for values from 0");
@@ -214,11 +218,16 @@ class SpaceParser {
     if (log_scale) {
       for (double v : log_grid(lo, hi)) d->values.push_back(v);
     } else if (integers) {
-      const int64_t a = r[0].get<int64_t>(), b = r[1].get<int64_t>();
-      const int64_t step = spec.value("step", int64_t{1});
+      auto too_big = [](const json& v) { return v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX); };
+      if (too_big(r[0]) || too_big(r[1]) || (spec.contains("step") && too_big(spec["step"]))) {
+        return fail(show(r), "has an integer beyond 2^63 - 1");
+      }
+      // In 128 bits: the ends may be anywhere in the int64 range (found by fuzz_space).
+      const __int128 a = r[0].get<int64_t>(), b = r[1].get<int64_t>();
+      const __int128 step = spec.contains("step") ? __int128(spec["step"].get<int64_t>()) : 1;
       if (step <= 0) return fail(show(spec["step"]), "step must be positive");
       if ((b - a) / step > 100000) return fail(show(r), "holds more than 100,000 values", "give a larger step");
-      for (int64_t v = a; v <= b; v += step) d->values.push_back(v);
+      for (__int128 v = a; v <= b; v += step) d->values.push_back(int64_t(v));
     } else {
       const double step = spec.contains("step") ? spec["step"].get<double>() : (hi - lo) / 100;
       if (spec.contains("step") && !(step > 0)) return fail(show(spec["step"]), "step must be positive");

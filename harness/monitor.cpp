@@ -52,6 +52,10 @@ std::pair<double, double> stats_f32(const float* p, int64_t n) {
 
 torch::Tensor max_abs_stat(const torch::Tensor& t) {
   if (t.numel() == 0) return torch::zeros({1}, t.options().dtype(torch::kFloat64));
+  if (t.is_cpu() && t.scalar_type() == torch::kHalf) {
+    // LibTorch 1.13 has no aminmax for float16 on the CPU (found by fuzz_monitor).
+    return t.detach().abs().max().to(torch::kFloat64).reshape({1});
+  }
   const auto [lo, hi] = torch::aminmax(t.detach());  // one vectorized pass; propagates NaN
   return torch::maximum(-lo, hi).to(torch::kFloat64).reshape({1});
 }

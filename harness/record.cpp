@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <climits>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -120,6 +121,18 @@ double number_from(const json& v) {
   return v.get<double>();
 }
 
+}  // namespace
+
+int64_t json_integer(const json& v, const std::string& field, const std::string& file) {
+  // get<int64_t>() of a float or of an unsigned past INT64_MAX is undefined (found by fuzz_repro).
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))) {
+    throw InputError(file, field, v.dump(-1, ' ', false, json::error_handler_t::replace), "is not an integer");
+  }
+  return v.get<int64_t>();
+}
+
+namespace {
+
 Hash128 hash_from(const json& v, const std::string& field, const std::string& file) {
   Hash128 h;
   if (!v.is_string() || !Hash128::parse(v.get<std::string>(), &h)) {
@@ -161,18 +174,18 @@ Verdict verdict_from_json(const json& j, const std::string& file) {
   try {
     Verdict v;
     v.outcome = enum_from(j.at("outcome"), kOutcomes, "verdict.outcome", file);
-    auto opt = [&](const char* k) { return j.at(k).is_null() ? std::nullopt : std::optional<int64_t>(j.at(k).get<int64_t>()); };
+    auto integer = [&](const json& obj, const char* k) { return json_integer(obj.at(k), std::string("verdict.") + k, file); };
+    auto opt = [&](const char* k) { return j.at(k).is_null() ? std::nullopt : std::optional<int64_t>(integer(j, k)); };
     v.onset_step = opt("onset_step");
     v.failure_step = opt("failure_step");
     v.onset_rules = j.at("onset_rules").get<std::vector<std::string>>();
     if (!j.at("fault").is_null()) {
       const json& f = j.at("fault");
       v.fault = Fault{f.at("tensor").get<std::string>(), enum_from(f.at("stage"), kStages, "verdict.fault.stage", file),
-                      f.at("nan").get<int64_t>(), f.at("pos_inf").get<int64_t>(), f.at("neg_inf").get<int64_t>(),
-                      f.at("numel").get<int64_t>()};
+                      integer(f, "nan"), integer(f, "pos_inf"), integer(f, "neg_inf"), integer(f, "numel")};
     }
-    v.steps_run = j.at("steps_run").get<int64_t>();
-    v.planned_steps = j.at("planned_steps").get<int64_t>();
+    v.steps_run = integer(j, "steps_run");
+    v.planned_steps = integer(j, "planned_steps");
     v.wall_seconds = number_from(j.at("wall_seconds"));
     v.hash_chain = hash_from(j.at("hash_chain"), "verdict.hash_chain", file);
     v.message = j.at("message").get<std::string>();

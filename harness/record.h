@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "harness/hash.h"
 
@@ -97,6 +97,12 @@ struct StepHashes {
   bool operator==(const StepHashes& o) const { return input == o.input && labels == o.labels; }
 };
 
+// The monitor's memory across steps (a checkpoint keeps it beside the tensors).
+struct MonitorState {
+  Hash128 chain;         // hash chain over the steps before
+  nlohmann::json judge;  // HealthJudge::state(): its phase and spike windows
+};
+
 // What a sweep keeps of one burst (a child process reports it as JSON).
 struct BurstSummary {
   Verdict verdict;
@@ -109,6 +115,7 @@ nlohmann::json to_json(const StepRecord& r);
 nlohmann::json to_json(const Verdict& v);
 nlohmann::json to_json(const BurstSummary& s);
 // Strict readers; throw InputError naming `file` and the field.
+int64_t json_integer(const nlohmann::json& v, const std::string& field, const std::string& file);
 Verdict verdict_from_json(const nlohmann::json& j, const std::string& file);
 BurstSummary summary_from_json(const nlohmann::json& j, const std::string& file);
 

@@ -17,8 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kReproVersion = 1;
-
 std::string checkpoint_name(const std::string& repro_path) {
   std::string base = fs::path(repro_path).filename().string();
   const std::string suffix = ".repro.json";
@@ -40,70 +38,7 @@ void write_repro(const std::string& path, Repro repro, const std::optional<State
     write_checkpoint(beside(path, repro.checkpoint->file), state->tensors,
                      {{"spikehunt", kVersion}, {"step", std::to_string(state->step)}, {"state", "entering the onset step"}});
   }
-  json hashes = json::array();
-  for (const StepHashes& h : repro.step_hashes) hashes.push_back({h.input.hex(), h.labels.hex()});
-  json checkpoint = nullptr;
-  if (repro.checkpoint) {
-    checkpoint = {{"file", repro.checkpoint->file},
-                  {"step", repro.checkpoint->step},
-                  {"monitor", {{"chain", repro.checkpoint->monitor.chain.hex()}, {"judge", repro.checkpoint->monitor.judge}}}};
-  }
-  const json j = {{"spikehunt_repro", kReproVersion},
-                  {"config", config_to_json(repro.config)},
-                  {"environment", to_json(repro.environment)},
-                  {"verdict", to_json(repro.verdict)},
-                  {"step_hashes", hashes},
-                  {"checkpoint", checkpoint}};
-  write_file_atomic(path, j.dump(1) + "\n");
-}
-
-Repro read_repro(const std::string& path) {
-  const std::string text = read_file(path, uint64_t{256} << 20);
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) throw InputError(path, "", "", "is not a JSON repro file");
-  if (j.value("spikehunt_repro", 0) != kReproVersion) {
-    throw InputError(path, "spikehunt_repro", j.value("spikehunt_repro", json()).dump(),
-                     "is not a repro format this spikehunt reads (1)");
-  }
-  Repro r;
-  if (!j.contains("config")) throw InputError(path, "config", "", "is missing");
-  r.config = config_from_json(j["config"], path);
-  std::vector<Problem> problems = validate(r.config);
-  for (Problem& p : problems) p.field = "config." + p.field;
-  if (!problems.empty()) throw InputError(path, std::move(problems));
-  const BurstSummary s = summary_from_json({{"verdict", j.value("verdict", json())},
-                                            {"first_input_hash", std::string(32, '0')},
-                                            {"first_label_hash", std::string(32, '0')},
-                                            {"step_hashes", j.value("step_hashes", json::array())}},
-                                           path);
-  r.verdict = s.verdict;
-  r.step_hashes = s.step_hashes;
-  const json env = j.value("environment", json::object());
-  r.environment.spikehunt = env.value("spikehunt", "");
-  r.environment.libtorch = env.value("libtorch", "");
-  r.environment.blas = env.value("blas", "");
-  r.environment.device = env.value("device", "");
-  r.environment.threads = env.value("threads", int64_t{0});
-  r.environment.compiler = env.value("compiler", "");
-  const json c = j.value("checkpoint", json());
-  if (!c.is_null()) {
-    try {
-      ReproCheckpoint cp;
-      cp.file = c.at("file").get<std::string>();
-      cp.step = c.at("step").get<int64_t>();
-      if (!Hash128::parse(c.at("monitor").at("chain").get<std::string>(), &cp.monitor.chain)) {
-        throw InputError(path, "checkpoint.monitor.chain", "", "is not a 32-digit hex hash");
-      }
-      cp.monitor.judge = c.at("monitor").at("judge");
-      if (cp.file.empty() || cp.file.find('/') != std::string::npos) {
-        throw InputError(path, "checkpoint.file", cp.file, "must name a file beside the repro");
-      }
-      r.checkpoint = cp;
-    } catch (const json::exception& e) {
-      throw InputError(path, "checkpoint", "", std::string("is malformed: ") + e.what());
-    }
-  }
-  return r;
+  write_file_atomic(path, repro_to_json(repro));
 }
 
 // ---- replay ----

@@ -16,28 +16,14 @@
 #include "harness/burst.h"
 #include "harness/env.h"
 #include "harness/record.h"
+#include "harness/repro_file.h"
 #include "scenarios/config.h"
 
 namespace spikehunt {
 
-struct ReproCheckpoint {
-  std::string file;  // beside the repro file
-  int64_t step = 0;  // the state entering this step
-  MonitorState monitor;
-};
-
-struct Repro {
-  TrainingConfig config;
-  Environment environment;               // where it failed
-  Verdict verdict;
-  std::vector<StepHashes> step_hashes;   // every step run, up to the failure
-  std::optional<ReproCheckpoint> checkpoint;
-};
-
 // Writes `path` (JSON) and, when `state` is given, its checkpoint beside it
 // ("<path without .repro.json>.last_healthy.safetensors"); both atomically.
 void write_repro(const std::string& path, Repro repro, const std::optional<StateSnapshot>& state);
-Repro read_repro(const std::string& path);  // InputError naming the field on a bad file
 
 struct ReplayOptions {
   bool from_checkpoint = false;

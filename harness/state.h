@@ -15,16 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/hash.h"
+#include "harness/record.h"
 #include "scenarios/scenario.h"
 
 namespace spikehunt {
-
-// The monitor's memory across steps.
-struct MonitorState {
-  Hash128 chain;        // hash chain over the steps before
-  nlohmann::json judge; // HealthJudge::state(): its phase and spike windows
-};
 
 // Copies model, optimizer and RNG state (model and optimizer tensors stay on
 // their device; no host sync).

@@ -118,8 +118,9 @@ json config_to_json(const TrainingConfig& c) {
 
 namespace {
 
+// JSON text of a value for messages; never throws (invalid UTF-8 is replaced).
 std::string show(const json& v) {
-  std::string s = v.dump();
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
   if (s.size() > 80) s = s.substr(0, 77) + "...";
   return s;
 }
@@ -542,7 +543,14 @@ void apply_overrides(json& j, const std::vector<std::string>& overrides) {
                        "set one of its fields, e.g. --set " + key + "." + schema->begin().key() + "=...");
     }
     json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (value.is_discarded()) value = text;  // bare words are strings: --set optimizer.kind=adam
+    if (value.is_discarded()) {
+      value = text;  // bare words are strings: --set optimizer.kind=adam
+      try {
+        (void)value.dump();
+      } catch (const json::type_error&) {  // found by fuzz_config
+        throw InputError("--set", key, "", "has a value that is not valid UTF-8 text");
+      }
+    }
     *target = std::move(value);
   }
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # quickstart.sh — the README's two commands on a fresh Debian 12 machine.
 #   scripts/quickstart.sh run [spikehunt sweep flags...] install, build, run the default sweep
-#   scripts/quickstart.sh test                           install, build, run the tests
+#   scripts/quickstart.sh test                           install, build (fuzz targets too), run the tests
 # Installs packages with scripts/setup.sh (apt, as root or through sudo),
 # builds Release into build/, then runs. `run` exits 0 when the sweep ran to
 # its summary (it is meant to find failures: spikehunt's own exit code 1 means
@@ -16,11 +16,12 @@ case "$what" in
 esac
 
 scripts/setup.sh
-scripts/build.sh
 
 if [ "$what" = test ]; then
+  scripts/build.sh -DSPIKEHUNT_FUZZ=ON  # the tests include every fuzz target on its corpus
   exec ctest --test-dir build --output-on-failure -j "$(nproc)"
 fi
+scripts/build.sh
 
 set +e
 build/spikehunt sweep "$@"

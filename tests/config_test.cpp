@@ -183,6 +183,9 @@ TEST(Config, BadOverridesAreErrorsNamingSet) {
   EXPECT_NE(error_of({"lr"}).find("is not key=value"), std::string::npos);
   EXPECT_NE(error_of({"model=3"}).find("is a group of fields"), std::string::npos);
   EXPECT_NE(error_of({"optimizer.lr=-1"}).find("optimizer.lr = -1 is not in (0, 10]"), std::string::npos);
+  // Regression (fuzz_config): a bare value with invalid UTF-8 used to throw from json::dump.
+  EXPECT_NE(error_of({std::string("name=\x84" "abc")}).find("name has a value that is not valid UTF-8 text"),
+            std::string::npos);
 }
 
 TEST(Config, LoadReportsMissingFilesAndBadJsonWithTheirNames) {

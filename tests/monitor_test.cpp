@@ -109,6 +109,16 @@ TEST(TensorStats, DenormalsAreNotFlushed) {
   EXPECT_GT(s.norm, 0.0);
 }
 
+TEST(TensorStats, MaxAbsStatWorksForEveryFloatDtype) {
+  // Regression: fuzz_monitor found that float16 max |x| threw (no CPU aminmax for Half).
+  for (auto dtype : {torch::kFloat32, torch::kFloat64, torch::kFloat16, torch::kBFloat16}) {
+    torch::Tensor t = torch::tensor({1.0f, -3.0f, 2.0f}).to(dtype);
+    EXPECT_EQ(max_abs_stat(t).item<double>(), 3.0) << c10::toString(dtype);
+    t[1] = kNaN;
+    EXPECT_TRUE(std::isnan(max_abs_stat(t).item<double>())) << c10::toString(dtype);
+  }
+}
+
 TEST(TensorStats, HalfAndBFloat16MatchTheReference) {
   torch::manual_seed(1);
   for (auto dtype : {torch::kFloat16, torch::kBFloat16}) {

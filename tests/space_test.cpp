@@ -122,6 +122,10 @@ TEST(Space, BadSpacesAreClearErrors) {
       {R"({"base": {"optimizer": {"lr": -1}}, "dimensions": {"seed": {"range": [0, 3]}}})",
        "base.optimizer.lr = -1 is not in (0, 10]"},
       {R"({"dimension": {"seed": {"range": [0, 3]}}})", "dimension is not a search-space key"},
+      // Regressions found by fuzz_space: these threw from nlohmann::json or overflowed.
+      {R"({"dimensions": {"seed": {"range": [0, 3], "step": "x"}}})", "step must be a number"},
+      {R"({"dimensions": {"seed": {"range": [0, 18446744073709551615]}}})", "has an integer beyond 2^63 - 1"},
+      {R"({"dimensions": {"seed": {"range": [0, 9223372036854775807]}}})", "holds more than 100,000 values"},
   };
   for (const auto& [text, expected] : cases) {
     const json j = json::parse(text);

@@ -23,6 +23,7 @@
 #include "generators/space.h"
 #include "generators/sweep.h"
 #include "harness/store.h"
+#include "scenarios/files.h"
 #include "harness/repro.h"
 #include "test_util.h"
 
@@ -261,6 +262,33 @@ TEST(ReplayEndToEnd, ATamperedHashIsReportedAtItsStep) {
   EXPECT_TRUE(has(bad.output, "x.repro.json: config.optimizer.lr = -1 is not in (0, 10]")) << bad.output;
   testing::write_bytes(path, "{}");
   EXPECT_EQ(run_spikehunt("replay " + path).exit_code, 2);
+}
+
+TEST(ReproFile, NumbersThatAreNotIntegersAreClearErrors) {
+  // Regression (fuzz_repro): get<int64_t>() of 8.9e63 was undefined behaviour.
+  TempDir dir;
+  const TrainingConfig c = default_config({"model.kind=mlp", "optimizer.lr=8", "dataset.synthetic_train_per_class=10",
+                                           "batch_size=8", "max_batches_per_epoch=2", "threads=1"});
+  record_repro(c, dir.file("r.repro.json"));
+  const std::string text = read_file(dir.file("r.repro.json"));
+  for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
+           {"steps_run", 8.9e63}, {"onset_step", 1.5}, {"planned_steps", "7"}}) {
+    json j = json::parse(text);
+    j["verdict"][field] = value;
+    try {
+      parse_repro(j.dump(), "r.repro.json");
+      ADD_FAILURE() << field;
+    } catch (const InputError& e) {
+      EXPECT_TRUE(has(e.what(), "r.repro.json")) << e.what();
+    }
+  }
+  json j = json::parse(text);
+  ASSERT_FALSE(j["checkpoint"].is_null());
+  j["checkpoint"]["monitor"]["judge"]["loss"] = "nope";
+  EXPECT_THROW(parse_repro(j.dump(), "r.repro.json"), InputError);
+  j = json::parse(text);
+  j["environment"]["threads"] = 1e300;
+  EXPECT_THROW(parse_repro(j.dump(), "r.repro.json"), InputError);
 }
 
 TEST(ShrinkEndToEnd, ShrinksAFailingConfigAndLeavesAHealthyOneAlone) {

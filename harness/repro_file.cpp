@@ -1,0 +1,101 @@
+#include "harness/repro_file.h"
+
+#include <nlohmann/json.hpp>
+
+#include "scenarios/error.h"
+#include "scenarios/files.h"
+
+namespace spikehunt {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int kReproVersion = 1;
+
+}  // namespace
+
+std::string repro_to_json(const Repro& repro) {
+  json hashes = json::array();
+  for (const StepHashes& h : repro.step_hashes) hashes.push_back({h.input.hex(), h.labels.hex()});
+  json checkpoint = nullptr;
+  if (repro.checkpoint) {
+    checkpoint = {{"file", repro.checkpoint->file},
+                  {"step", repro.checkpoint->step},
+                  {"monitor", {{"chain", repro.checkpoint->monitor.chain.hex()}, {"judge", repro.checkpoint->monitor.judge}}}};
+  }
+  const json j = {{"spikehunt_repro", kReproVersion},
+                  {"config", config_to_json(repro.config)},
+                  {"environment", to_json(repro.environment)},
+                  {"verdict", to_json(repro.verdict)},
+                  {"step_hashes", hashes},
+                  {"checkpoint", checkpoint}};
+  return j.dump(1) + "\n";
+}
+
+Repro parse_repro(std::string_view text, const std::string& path) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) throw InputError(path, "", "", "is not a JSON repro file");
+  const json version = j.value("spikehunt_repro", json());
+  if (version != kReproVersion) {
+    throw InputError(path, "spikehunt_repro", version.dump(), "is not a repro format this spikehunt reads (1)");
+  }
+  Repro r;
+  if (!j.contains("config")) throw InputError(path, "config", "", "is missing");
+  r.config = config_from_json(j["config"], path);
+  std::vector<Problem> problems = validate(r.config);
+  for (Problem& p : problems) p.field = "config." + p.field;
+  if (!problems.empty()) throw InputError(path, std::move(problems));
+  const BurstSummary s = summary_from_json({{"verdict", j.value("verdict", json())},
+                                            {"first_input_hash", std::string(32, '0')},
+                                            {"first_label_hash", std::string(32, '0')},
+                                            {"step_hashes", j.value("step_hashes", json::array())}},
+                                           path);
+  r.verdict = s.verdict;
+  r.step_hashes = s.step_hashes;
+  const json env = j.value("environment", json::object());
+  if (!env.is_object()) throw InputError(path, "environment", env.dump(), "is not an object");
+  try {
+    r.environment.spikehunt = env.value("spikehunt", "");
+    r.environment.libtorch = env.value("libtorch", "");
+    r.environment.blas = env.value("blas", "");
+    r.environment.device = env.value("device", "");
+    r.environment.threads = env.contains("threads") ? json_integer(env["threads"], "environment.threads", path) : 0;
+    r.environment.compiler = env.value("compiler", "");
+  } catch (const json::exception& e) {
+    throw InputError(path, "environment", "", std::string("is malformed: ") + e.what());
+  }
+  const json c = j.value("checkpoint", json());
+  if (!c.is_null()) {
+    try {
+      ReproCheckpoint cp;
+      cp.file = c.at("file").get<std::string>();
+      cp.step = json_integer(c.at("step"), "checkpoint.step", path);
+      if (!Hash128::parse(c.at("monitor").at("chain").get<std::string>(), &cp.monitor.chain)) {
+        throw InputError(path, "checkpoint.monitor.chain", "", "is not a 32-digit hex hash");
+      }
+      cp.monitor.judge = c.at("monitor").at("judge");
+      const json& judge = cp.monitor.judge;  // HealthJudge::state(): checked here, restored at replay
+      if (!judge.is_object()) throw InputError(path, "checkpoint.monitor.judge", "", "is not an object");
+      json_integer(judge.value("phase", json()), "checkpoint.monitor.judge.phase", path);
+      for (const char* w : {"loss", "grad_norm", "activation"}) {
+        const json& values = judge.value(w, json());
+        bool ok = values.is_array();
+        for (const json& x : ok ? values : json::array()) ok = ok && x.is_number();
+        if (!ok) throw InputError(path, std::string("checkpoint.monitor.judge.") + w, "", "is not a list of numbers");
+      }
+      if (cp.file.empty() || cp.file.find('/') != std::string::npos) {
+        throw InputError(path, "checkpoint.file", cp.file, "must name a file beside the repro");
+      }
+      if (cp.step < 0) throw InputError(path, "checkpoint.step", std::to_string(cp.step), "is negative");
+      r.checkpoint = cp;
+    } catch (const json::exception& e) {
+      throw InputError(path, "checkpoint", "", std::string("is malformed: ") + e.what());
+    }
+  }
+  return r;
+}
+
+Repro read_repro(const std::string& path) { return parse_repro(read_file(path, uint64_t{256} << 20), path); }
+
+}  // namespace spikehunt

@@ -1,0 +1,37 @@
+// repro_file.h — the repro file format, without LibTorch (the fuzz targets
+// parse it): the minimal config, the environment it failed in, the verdict,
+// every step's input and label hash up to the failure, and where its
+// checkpoint is. repro.h writes the checkpoint and replays.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "harness/env.h"
+#include "harness/record.h"
+#include "scenarios/config.h"
+
+namespace spikehunt {
+
+struct ReproCheckpoint {
+  std::string file;  // beside the repro file
+  int64_t step = 0;  // the state entering this step
+  MonitorState monitor;
+};
+
+struct Repro {
+  TrainingConfig config;
+  Environment environment;               // where it failed
+  Verdict verdict;
+  std::vector<StepHashes> step_hashes;   // every step run, up to the failure
+  std::optional<ReproCheckpoint> checkpoint;
+};
+
+std::string repro_to_json(const Repro& repro);  // the file's text
+// Strict: a bad file is an InputError naming `file` and the field.
+Repro parse_repro(std::string_view text, const std::string& file);
+Repro read_repro(const std::string& path);
+
+}  // namespace spikehunt
