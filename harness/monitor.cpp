@@ -110,28 +110,47 @@ Monitor::Monitor(Scenario& scenario, const HealthRules& rules)
       phase_names_(scenario.phase_names()),
       judge_(rules) {}
 
+int Monitor::push(torch::Tensor stats) {
+  const int slot = static_cast<int>(values_.size());
+  values_.resize(values_.size() + size_t(stats.numel()), 0.0);
+  if (stats.is_cpu()) {
+    // Already computed: read it now (no sync on the CPU) and keep no tensor.
+    const torch::Tensor d = stats.to(torch::kFloat64).contiguous();
+    std::copy(d.data_ptr<double>(), d.data_ptr<double>() + d.numel(), values_.begin() + slot);
+  } else {
+    device_.push_back({slot, stats.to(torch::kFloat64).reshape({-1})});
+  }
+  return slot;
+}
+
 int Monitor::push_stats(const torch::Tensor& t) {
-  pending_.push_back(tensor_stats(t));
-  slots_ += 2;
-  return slots_ - 2;
+  if (t.is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous()) {
+    // The fused kernel straight into the host values: no tensor per statistic.
+    const auto [norm, max] = stats_f32(t.data_ptr<float>(), t.numel());
+    values_.push_back(norm);
+    values_.push_back(max);
+    return static_cast<int>(values_.size()) - 2;
+  }
+  return push(tensor_stats(t));
 }
 
 int Monitor::push_max(const torch::Tensor& t) {
-  pending_.push_back(max_abs_stat(t));
-  return slots_++;
+  // Small CPU activations: the fused kernel; large ones: LibTorch's vectorized aminmax.
+  if (t.is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous() && t.numel() < (int64_t{1} << 16)) {
+    values_.push_back(stats_f32(t.data_ptr<float>(), t.numel()).second);
+    return static_cast<int>(values_.size()) - 1;
+  }
+  return push(max_abs_stat(t));
 }
 
-int Monitor::push_scalar(torch::Tensor scalar) {
-  pending_.push_back(scalar.to(torch::kFloat64).reshape({1}));
-  return slots_++;
-}
+int Monitor::push_scalar(torch::Tensor scalar) { return push(scalar.reshape({1})); }
 
 void Monitor::check(Stage stage, std::string name, const torch::Tensor& t, int slot) {
   Check c{stage, std::move(name), {}, slot, t.numel(), std::nullopt};
   if (t.is_cpu()) {
     // On the CPU the statistic is already computed: look at it now and keep
     // nothing (holding activations past the backward pass costs page faults).
-    if (!std::isfinite(pending_.back().data_ptr<double>()[0])) c.counts = count_non_finite(t);
+    if (!std::isfinite(values_[size_t(slot)])) c.counts = count_non_finite(t);
   } else {
     c.tensor = t.detach();  // read after the step's one host copy
   }
@@ -146,8 +165,8 @@ void Monitor::restore(const MonitorState& s) {
 void Monitor::begin_step(const Batch& batch) {
   torch::NoGradGuard no_grad;
   record_ = StepRecord{};
-  pending_.clear();
-  slots_ = 0;
+  values_.clear();
+  device_.clear();
   checks_.clear();
   taps_.clear();
   layers_.assign(params_.size(), LayerSlots{});
@@ -215,8 +234,17 @@ StepRecord Monitor::finish_step() {
   }
 
   // The one host copy of the step.
-  const torch::Tensor host = torch::cat(pending_).to(torch::kCPU);
-  const double* v = host.data_ptr<double>();
+  if (!device_.empty()) {  // the one host copy of the step
+    std::vector<torch::Tensor> parts;
+    for (const auto& [slot, stats] : device_) parts.push_back(stats);
+    const torch::Tensor host = torch::cat(parts).to(torch::kCPU);
+    const double* h = host.data_ptr<double>();
+    for (const auto& [slot, stats] : device_) {
+      std::copy(h, h + stats.numel(), values_.begin() + slot);
+      h += stats.numel();
+    }
+  }
+  const double* v = values_.data();
   auto at = [&](int slot) { return slot < 0 ? 0.0 : v[slot]; };
   auto max_at = [&](int slot) { return slot < 0 ? 0.0 : v[slot + 1]; };
 
@@ -267,7 +295,7 @@ StepRecord Monitor::finish_step() {
   }
   judge_.judge(r);
   checks_.clear();  // release the step's tensors
-  pending_.clear();
+  device_.clear();
   return std::move(record_);
 }
 

@@ -85,10 +85,12 @@ class Monitor : public TapSink {
     std::vector<int> state;
   };
 
-  // Queues t's statistics; returns the slot of its norm (max |x| is slot + 1).
+  // Records t's statistics; returns the slot of its norm (max |x| is slot + 1).
+  // CPU values land in values_ at once; device values wait for the one copy.
   int push_stats(const torch::Tensor& t);
-  int push_max(const torch::Tensor& t);   // queues max |x|; returns its slot
+  int push_max(const torch::Tensor& t);   // max |x|; returns its slot
   int push_scalar(torch::Tensor scalar);  // a 0-dim tensor
+  int push(torch::Tensor stats);          // a small tensor of statistics
   // Registers t, whose statistic was just pushed at `slot`, for fault localization.
   void check(Stage stage, std::string name, const torch::Tensor& t, int slot);
 
@@ -99,8 +101,8 @@ class Monitor : public TapSink {
   Hash128 chain_;
   // this step
   StepRecord record_;
-  std::vector<torch::Tensor> pending_;  // (2,) stats and 0-dim scalars, concatenated once
-  int slots_ = 0;
+  std::vector<double> values_;                         // every statistic of the step, by slot
+  std::vector<std::pair<int, torch::Tensor>> device_;  // (slot, stats) still on the device
   std::vector<Check> checks_;
   std::vector<LayerSlots> layers_;
   std::vector<std::pair<std::string, int>> taps_;
