@@ -80,7 +80,11 @@ BurstFeatures run_tiny_burst(const TrainingConfig& config, bool monitor) {
   f.step_hashes = r.step_hashes;
   f.signature = fault_signature(r.verdict);
   if (!monitor) return f;
-  for (int k = 0; k < 4; ++k) f.features.push_back(128 * k + top[k]);
+  // Only magnitudes past what healthy training reaches get buckets of their
+  // own (grad norm and optimizer state from 1, activations from 10, loss from
+  // 3): below that the fuzzer has nothing to climb toward.
+  const int floors[4] = {log_bucket(1.0), log_bucket(10.0), log_bucket(1.0), log_bucket(3.0)};
+  for (int k = 0; k < 4; ++k) f.features.push_back(128 * k + std::max(top[k], floors[k]));
   f.features.push_back(512 + health);
   if (r.verdict.fault) {
     const int tensor = static_cast<int>(std::hash<std::string>{}(r.verdict.fault->tensor) % 16);

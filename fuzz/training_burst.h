@@ -2,10 +2,13 @@
 // search space (a tiny MLP, a few steps, tiny synthetic data), one burst under
 // the monitor, and the numerical features it reached — what libFuzzer's extra
 // counters feed back: the half-decade bucket of the largest global grad norm,
-// activation, optimizer-state element and loss the burst reached; the health
-// reached; the stage and tensor of a fault; the rules that fired; the lead
-// time. (Per-step histograms over the same buckets were tried: they reward
-// variety in healthy regimes and found fewer faults than no feedback at all.)
+// activation, optimizer-state element and loss the burst reached (magnitudes
+// healthy training reaches share one bucket: grad norm and state below 1,
+// activations below 10, loss below 3), the health reached, the stage and
+// tensor of a fault, the rules that fired, the lead time. Two designs were
+// measured and dropped (fuzz/compare.sh): per-step histograms over all
+// buckets, and every bucket of the maxima; both reward variety in healthy
+// regimes and did no better than mutation without feedback.
 #pragma once
 
 #include <cstdint>
