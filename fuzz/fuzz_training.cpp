@@ -27,6 +27,7 @@
 #include <random>
 
 #include "harness/repro.h"
+#include "scenarios/files.h"
 #include "training_burst.h"
 
 using namespace spikehunt;
@@ -43,12 +44,6 @@ fuzz::Tally g_tally;
 void write_stats() {
   if (g_stats.empty()) return;
   std::ofstream(g_stats) << g_tally.json() << "\n";
-}
-
-std::string slug(const std::string& s) {
-  std::string out;
-  for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) || c == '_' ? c : '-';
-  return out;
 }
 
 }  // namespace
@@ -136,7 +131,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     repro.environment = environment("cpu", config.threads);
     repro.verdict = f.verdict;
     repro.step_hashes = f.step_hashes;
-    write_repro(g_repros + "/" + slug(f.signature) + ".repro.json", repro, std::nullopt);
+    write_repro(g_repros + "/" + file_safe(f.signature) + ".repro.json", repro, std::nullopt);
   }
   if (g_max_bursts > 0 && g_tally.bursts() >= g_max_bursts) {
     write_stats();

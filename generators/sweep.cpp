@@ -20,6 +20,7 @@
 #include "harness/results.h"
 #include "harness/store.h"
 #include "scenarios/error.h"
+#include "scenarios/files.h"
 
 namespace spikehunt {
 
@@ -66,12 +67,6 @@ std::string percent(double x) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%.0f%%", 100 * x);
   return buf;
-}
-
-std::string slug(const std::string& signature) {
-  std::string s;
-  for (char ch : signature) s += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') ? ch : '-';
-  return s;
 }
 
 // A progress line on a terminal: runs done, failures so far, ETA.
@@ -258,7 +253,7 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
       store.put_failure(f);
     }
     if (f.repro_path.empty() || !fs::exists(f.repro_path)) {
-      const std::string path = o.out_dir + "/repros/" + slug(g.signature) + ".repro.json";
+      const std::string path = o.out_dir + "/repros/" + file_safe(g.signature) + ".repro.json";
       bool ok = false;
       progress.note("recording and replaying the repro of " + g.signature + " ...");
       f.replay = record_and_replay(binary, config_from_json(json::parse(f.minimal_config_json), store.path()), path,

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -59,6 +60,12 @@ void write_file_atomic(const std::string& path, std::string_view data) {
     std::remove(tmp.c_str());
     throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + std::strerror(rerr));
   }
+}
+
+std::string file_safe(std::string_view text) {
+  std::string s;
+  for (char ch : text) s += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') ? ch : '-';
+  return s;
 }
 
 size_t edit_distance(std::string_view a, std::string_view b) {

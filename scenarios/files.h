@@ -18,6 +18,10 @@ std::string read_file(const std::string& path, uint64_t max_bytes = uint64_t{1} 
 // temp file behind.
 void write_file_atomic(const std::string& path, std::string_view data);
 
+// `text` with every character but letters, digits and '_' turned into '-',
+// for file names made from fault signatures ("non_finite:forward:fc1_act").
+std::string file_safe(std::string_view text);
+
 // Levenshtein distance, for "did you mean" hints.
 size_t edit_distance(std::string_view a, std::string_view b);
 
