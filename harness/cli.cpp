@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/burst.h"
+#include "harness/doctor.h"
 #include "harness/checkpoint.h"
 #include "harness/env.h"
 #include "harness/report.h"
@@ -22,6 +23,7 @@
 #include "scenarios/catalog.h"
 #include "scenarios/files.h"
 #include "scenarios/models.h"
+#include "scenarios/planted.h"
 
 namespace spikehunt {
 
@@ -220,6 +222,56 @@ int replay_verb(const ReplayArgs& a) {
 
 }  // namespace
 
+// ---- doctor ----
+
+struct DoctorArgs {
+  std::string config, planted;
+  std::vector<std::string> sets;
+  bool json = false;
+  int64_t steps = 100, overfit_steps = 1000;
+};
+
+int doctor_verb(const DoctorArgs& a) {
+  if (!a.config.empty() && !a.planted.empty()) {
+    throw InputError("doctor", "--config / --planted", "", "give one of them, not both");
+  }
+  if (a.steps < 1 || a.overfit_steps < 1) {
+    throw InputError("doctor", a.steps < 1 ? "--steps" : "--overfit-steps",
+                     std::to_string(std::min(a.steps, a.overfit_steps)), "must be at least 1");
+  }
+  ScenarioFactory make;
+  std::string title;
+  TrainingConfig config;
+  if (!a.planted.empty()) {
+    config = planted_config(a.planted);  // checks the name
+    if (!a.sets.empty()) throw InputError("--set", "--set", "", "does not apply to --planted scenarios");
+    make = [name = a.planted] { return make_planted_scenario(name); };
+    title = "planted bug " + a.planted;
+  } else {
+    config = a.config.empty() ? default_config(a.sets) : load_config(a.config, a.sets);
+    auto data = std::make_shared<const Dataset>(load_dataset(config.dataset));
+    make = [config, data] { return make_scenario(config, data); };
+    title = a.config.empty() ? "<built-in default>" : a.config;
+  }
+  configure_runtime(config);
+  DoctorOptions o;
+  o.steps = a.steps;
+  o.overfit_steps = a.overfit_steps;
+  o.rules = config.health;
+  const DoctorReport report = run_doctor(make, o);
+  if (a.json) {
+    nlohmann::json j = doctor_json(report);
+    j["scenario"] = title;
+    j["config"] = config_to_json(config);
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << "spikehunt doctor: " << title << " (" << config.model.kind << ", " << describe_activation(config.activation)
+              << ", " << describe_optimizer(config.optimizer) << ", batch " << config.batch_size << ")\n"
+              << doctor_text(report);
+  }
+  return report.passed() ? kExitOk : kExitFinding;
+}
+
 // ---- the CLI ----
 
 struct Cli::Impl {
@@ -299,6 +351,19 @@ void add_harness_verbs(Cli& cli) {
   replay_cmd->add_flag("--from-checkpoint", replay_args->from_checkpoint,
                        "Start from the repro's last healthy checkpoint instead of step 0");
   replay_cmd->add_option("--threads", replay_args->threads, "Thread count (default: the repro's; others are not bit-exact)");
+
+  auto doctor_args = std::make_shared<DoctorArgs>();
+  CLI::App* doctor_cmd = cli.verb("doctor", "Run the vital signs that catch the classic training bugs",
+                                  [doctor_args] { return doctor_verb(*doctor_args); });
+  doctor_cmd->add_option("--config", doctor_args->config, "Config JSON (default: the built-in default)");
+  doctor_cmd->add_option("--set", doctor_args->sets, "Override one field (repeatable)")->allow_extra_args(false);
+  doctor_cmd->add_option("--planted", doctor_args->planted,
+                         "A planted-bug scenario: healthy, detached_logits, log_zero_loss, shifted_labels, "
+                         "imbalanced_majority, vanishing_deep_sigmoid, exploding_no_clip, dead_relu");
+  doctor_cmd->add_option("--steps", doctor_args->steps, "Steps of the watched training run")->capture_default_str();
+  doctor_cmd->add_option("--overfit-steps", doctor_args->overfit_steps, "Budget to overfit one batch")
+      ->capture_default_str();
+  doctor_cmd->add_flag("--json", doctor_args->json, "Machine-readable output");
 
   auto burst_args = std::make_shared<BurstArgs>();
   CLI::App* burst = cli.verb("burst", "Run one burst and write its summary (what sweeps spawn)",

@@ -4,6 +4,7 @@
 //   spikehunt run    [--config FILE] [--set key=value]... [--out DIR] [--no-checkpoints]
 //   spikehunt audit  FILE.safetensors | --pair A B
 //   spikehunt replay FILE.repro.json [--from-checkpoint] [--threads N]
+//   spikehunt doctor [--config FILE | --planted NAME] [--json]
 //   spikehunt --version
 // Exit codes: 0 ok, 1 a finding (the burst failed, a checkpoint holds
 // non-finite values, two checkpoints differ, a replay did not reproduce),

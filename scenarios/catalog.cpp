@@ -115,67 +115,62 @@ std::pair<torch::Tensor, torch::Tensor> gather_batch(const ImageSet& set,
 
 // ---- the built-in scenario ----
 
-namespace {
+StandardScenario::StandardScenario(const TrainingConfig& config, std::shared_ptr<const Dataset> dataset)
+    : config_(config),
+      dataset_(std::move(dataset)),
+      device_(resolve_device(config.device)),
+      model_(make_model(config)),
+      schedule_(config.protocol, dataset_->train.labels, config.batch_size, config.max_batches_per_epoch,
+                config.seed) {
+  model_->to(device_);
+  optimizer_ = make_optimizer(config.optimizer, model_->parameters());
+}
 
-class BuiltinScenario : public Scenario {
- public:
-  BuiltinScenario(const TrainingConfig& config, std::shared_ptr<const Dataset> dataset)
-      : config_(config),
-        dataset_(std::move(dataset)),
-        device_(resolve_device(config.device)),
-        model_(make_model(config)),
-        schedule_(config.protocol, dataset_->train.labels, config.batch_size,
-                  config.max_batches_per_epoch, config.seed) {
-    model_->to(device_);
-    optimizer_ = make_optimizer(config.optimizer, model_->parameters());
-  }
+Batch StandardScenario::make_batch(const ImageSet& set, const std::vector<int64_t>& indices) {
+  Batch b;
+  std::tie(b.host_inputs, b.host_targets) = gather_batch(set, indices);
+  b.inputs = b.host_inputs.to(device_);
+  b.targets = b.host_targets.to(device_);
+  return b;
+}
 
-  torch::nn::Module& model() override { return *model_; }
-  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
-  torch::Tensor forward(const torch::Tensor& inputs, const Tap& tap) override {
-    return model_->forward(inputs, tap);
-  }
-  std::optional<Batch> next_batch() override {
-    std::optional<Slot> slot = schedule_.next();
-    if (!slot) return std::nullopt;
-    Batch b;
-    std::tie(b.host_inputs, b.host_targets) = gather_batch(dataset_->train, slot->indices);
-    b.inputs = b.host_inputs.to(device_);
-    b.targets = b.host_targets.to(device_);
-    b.step = slot->step;
-    b.phase = slot->phase;
-    b.epoch = slot->epoch;
-    b.batch = slot->batch;
-    return b;
-  }
-  int64_t skip_batches(int64_t n) override {  // the schedule alone: no batch tensors built
-    int64_t skipped = 0;
-    while (skipped < n && schedule_.next()) ++skipped;
-    return skipped;
-  }
-  int64_t planned_steps() const override { return schedule_.total_steps(); }
-  std::vector<std::string> phase_names() const override {
-    std::vector<std::string> names;
-    for (const Phase& p : schedule_.phases()) names.push_back(p.name);
-    return names;
-  }
-  torch::Device device() const override { return device_; }
-  double grad_clip() const override { return config_.grad_clip; }
+std::optional<Batch> StandardScenario::next_batch() {
+  std::optional<Slot> slot = schedule_.next();
+  if (!slot) return std::nullopt;
+  Batch b = make_batch(dataset_->train, slot->indices);
+  b.step = slot->step;
+  b.phase = slot->phase;
+  b.epoch = slot->epoch;
+  b.batch = slot->batch;
+  return b;
+}
 
- private:
-  TrainingConfig config_;
-  std::shared_ptr<const Dataset> dataset_;
-  torch::Device device_;
-  std::shared_ptr<TappedModel> model_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  Schedule schedule_;
-};
+std::vector<Batch> StandardScenario::heldout(int64_t max_samples) {
+  std::vector<Batch> out;
+  const int64_t n = std::min<int64_t>(max_samples, dataset_->test.size());
+  for (int64_t begin = 0; begin < n; begin += config_.batch_size) {
+    std::vector<int64_t> indices;
+    for (int64_t i = begin; i < std::min(n, begin + config_.batch_size); ++i) indices.push_back(i);
+    out.push_back(make_batch(dataset_->test, indices));
+  }
+  return out;
+}
 
-}  // namespace
+int64_t StandardScenario::skip_batches(int64_t n) {  // the schedule alone: no batch tensors built
+  int64_t skipped = 0;
+  while (skipped < n && schedule_.next()) ++skipped;
+  return skipped;
+}
+
+std::vector<std::string> StandardScenario::phase_names() const {
+  std::vector<std::string> names;
+  for (const Phase& p : schedule_.phases()) names.push_back(p.name);
+  return names;
+}
 
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config,
                                         std::shared_ptr<const Dataset> dataset) {
-  return std::make_unique<BuiltinScenario>(config, std::move(dataset));
+  return std::make_unique<StandardScenario>(config, std::move(dataset));
 }
 
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config) {

@@ -9,6 +9,8 @@
 
 #include "scenarios/config.h"
 #include "scenarios/dataset.h"
+#include "scenarios/models.h"
+#include "scenarios/protocol.h"
 #include "scenarios/scenario.h"
 
 namespace spikehunt {
@@ -18,6 +20,36 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& o
 
 // Throws InputError when config.device is cuda and no CUDA device is present.
 torch::Device resolve_device(DeviceKind kind);
+
+// The built-in scenario: a model from models.h, the config's optimizer, its
+// dataset and the sequential-domain protocol. The planted-bug scenarios
+// (planted.h) derive from it.
+class StandardScenario : public Scenario {
+ public:
+  StandardScenario(const TrainingConfig& config, std::shared_ptr<const Dataset> dataset);
+
+  torch::nn::Module& model() override { return *model_; }
+  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
+  torch::Tensor forward(const torch::Tensor& inputs, const Tap& tap) override { return model_->forward(inputs, tap); }
+  std::optional<Batch> next_batch() override;
+  std::vector<Batch> heldout(int64_t max_samples) override;  // the dataset's test split, in order
+  int64_t skip_batches(int64_t n) override;
+  int64_t planned_steps() const override { return schedule_.total_steps(); }
+  std::vector<std::string> phase_names() const override;
+  torch::Device device() const override { return device_; }
+  double grad_clip() const override { return config_.grad_clip; }
+  const TrainingConfig& config() const { return config_; }
+
+ protected:
+  Batch make_batch(const ImageSet& set, const std::vector<int64_t>& indices);
+
+  TrainingConfig config_;
+  std::shared_ptr<const Dataset> dataset_;
+  torch::Device device_;
+  std::shared_ptr<TappedModel> model_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  Schedule schedule_;
+};
 
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config);
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config,

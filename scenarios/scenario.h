@@ -70,6 +70,9 @@ class Scenario {
   virtual torch::Tensor loss(const torch::Tensor& outputs, const torch::Tensor& targets);
   // The next training batch, or nullopt when the protocol is done.
   virtual std::optional<Batch> next_batch() = 0;
+  // Held-out batches (data the model does not train on), up to `max_samples`
+  // samples in all; empty when the scenario has none.
+  virtual std::vector<Batch> heldout(int64_t max_samples) { return {}; }
   // Moves the data position `n` batches on without training (a checkpoint
   // resumes at its step); returns how many it skipped.
   virtual int64_t skip_batches(int64_t n);
