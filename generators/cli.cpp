@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "generators/html_report.h"
 #include "generators/sweep.h"
 #include "scenarios/error.h"
 
@@ -131,6 +132,19 @@ void add_generator_verbs(Cli& cli) {
   shrink_cmd->add_option("--budget", k->budget, "Bursts the shrink may run")->capture_default_str();
   shrink_cmd->add_option("--timeout", k->timeout, "Per-burst timeout")->capture_default_str();
   shrink_cmd->add_option("--out", k->out, "Folder for the minimal config and repro (default: results/shrink-<hash>)");
+
+
+  auto report_dir = std::make_shared<std::string>("results/sweep");
+  auto report_out = std::make_shared<std::string>();
+  CLI::App* report = cli.verb("report", "Write DIR/report.html: a self-contained, offline page of a sweep and its failures",
+                              [report_dir, report_out] {
+                                const ReportFacts f = write_sweep_report(*report_dir, *report_out);
+                                std::cout << "wrote " << f.path << ": " << f.runs << " runs, " << f.failed << " failed, "
+                                          << f.failures << " distinct failure(s), " << f.charts << " chart(s)\n";
+                                return kExitOk;
+                              });
+  report->add_option("dir", *report_dir, "The sweep's --out folder")->capture_default_str();
+  report->add_option("--out", *report_out, "Where to write the HTML (default DIR/report.html)");
 }
 
 }  // namespace spikehunt

@@ -456,4 +456,9 @@ double SearchSpace::distance(const SpacePoint& p) const {
   return sum;
 }
 
+TrainingConfig SearchSpace::simplest() const {
+  const SpacePoint zero(size_t(digits()), 0);
+  return valid(zero) ? config(zero) : config_from_json(base_, "<space>");
+}
+
 }  // namespace spikehunt

@@ -67,6 +67,9 @@ class SearchSpace {
   TrainingConfig config(const SpacePoint& p) const;
   nlohmann::json config_json(const SpacePoint& p) const;
   bool valid(const SpacePoint& p) const;
+  // The config every dimension shrinks toward (the base when that
+  // combination is invalid): minimal configs are shown as a diff from it.
+  TrainingConfig simplest() const;
   // The point nearest a config: each dimension's value in the config, or
   // (off the grid) the grid value nearest it. Fields outside the space are ignored.
   SpacePoint point_of(const TrainingConfig& c) const;

@@ -14,6 +14,7 @@
 
 #include "generators/driver.h"
 #include "generators/gen.h"
+#include "generators/html_report.h"
 #include "harness/child.h"
 #include "harness/report.h"
 #include "harness/repro.h"
@@ -51,6 +52,27 @@ std::vector<std::pair<std::string, std::string>> factors_of(const TrainingConfig
           {"momentum", c.optimizer.kind == OptimizerKind::kSgd ? momentum : "n/a (adam)"},
           {"optimizer", to_string(c.optimizer.kind)},
           {"seed", std::to_string(c.seed)}};
+}
+
+SweepRates sweep_rates(const std::vector<RunRow>& searched, const std::string& source) {
+  SweepRates rates;
+  for (const RunRow& r : searched) {
+    const bool bad = !failure_class(r.summary.verdict).empty();
+    auto count = [bad](RateCell& cell) {
+      cell.failed += bad;
+      ++cell.runs;
+    };
+    count(rates.all);
+    if (bad) ++rates.by_outcome[to_string(r.summary.verdict.outcome)];
+    std::string lr, momentum;
+    for (const auto& f : factors_of(config_from_json(json::parse(r.config_json), source))) {
+      count(rates.factors[f]);
+      if (f.first == "lr decade") lr = f.second;
+      if (f.first == "momentum") momentum = f.second;
+    }
+    count(rates.lr_momentum[{lr, momentum}]);
+  }
+  return rates;
 }
 
 namespace {
@@ -265,40 +287,27 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
   }
 
   // ---- summary ----
-  const int64_t n = int64_t(searched.size());
-  int64_t failed = 0;
-  std::map<std::string, int64_t> by_outcome;
-  std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> factor;  // (failed, runs)
-  for (const RunRow& r : searched) {
-    const bool bad = !failure_class(r.summary.verdict).empty();
-    failed += bad;
-    if (bad) ++by_outcome[to_string(r.summary.verdict.outcome)];
-    for (const auto& f : factors_of(config_from_json(json::parse(r.config_json), store.path()))) {
-      auto& cell = factor[f];
-      cell.first += bad;
-      ++cell.second;
-    }
-  }
+  const SweepRates rates = sweep_rates(searched, store.path());
+  const int64_t n = rates.all.runs, failed = rates.all.failed;
   const auto [lo, hi] = wilson_interval(failed, n);
   out << "\n" << n << " runs, " << failed << " failed: " << percent(n ? double(failed) / double(n) : 0)
       << " (95% Wilson interval " << percent(lo) << " to " << percent(hi) << ")";
-  for (const auto& [outcome, count] : by_outcome) out << ", " << count << " " << outcome;
+  for (const auto& [outcome, count] : rates.by_outcome) out << ", " << count << " " << outcome;
   out << "\nbursts this invocation: " << search_bursts << " search, " << shrink_bursts << " shrink; total in the database: "
       << store.count("search") << " search, " << store.count("shrink") << " shrink; "
       << duration_text(std::chrono::duration<double>(Clock::now() - start).count()) << "\n\n";
   char line[160];
   std::snprintf(line, sizeof line, "  %-11s %-16s %9s %6s  %s\n", "factor", "value", "failed", "rate", "95% interval");
   out << line;
-  for (const auto& [key, cell] : factor) {
-    const auto [flo, fhi] = wilson_interval(cell.first, cell.second);
-    const std::string frac = std::to_string(cell.first) + "/" + std::to_string(cell.second);
+  for (const auto& [key, cell] : rates.factors) {
+    const auto [flo, fhi] = wilson_interval(cell.failed, cell.runs);
+    const std::string frac = std::to_string(cell.failed) + "/" + std::to_string(cell.runs);
     std::snprintf(line, sizeof line, "  %-11s %-16s %9s %6s  [%s, %s]\n", key.first.c_str(), key.second.c_str(),
-                  frac.c_str(), percent(double(cell.first) / double(cell.second)).c_str(), percent(flo).c_str(),
+                  frac.c_str(), percent(double(cell.failed) / double(cell.runs)).c_str(), percent(flo).c_str(),
                   percent(fhi).c_str());
     out << line;
   }
-  TrainingConfig simplest = config_from_json(o.space.base(), "<space>");
-  if (o.space.valid(SpacePoint(size_t(o.space.digits()), 0))) simplest = o.space.config(SpacePoint(size_t(o.space.digits()), 0));
+  const TrainingConfig simplest = o.space.simplest();
   const std::vector<FailureRow> rows = store.failures();
   out << "\n" << rows.size() << " distinct failure(s) by fault signature\n";
   int index = 0;
@@ -333,6 +342,12 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
     out << "   draft regression test:\n";
     std::istringstream test(draft_regression_test(repro, row->repro_path));
     for (std::string l; std::getline(test, l);) out << "     " << l << "\n";
+  }
+  try {
+    const ReportFacts report = write_sweep_report(o.out_dir);
+    out << "\nreport: " << report.path << " (one offline page: open it in a browser)\n";
+  } catch (const std::exception& e) {
+    out << "\nno report written: " << e.what() << "\n";
   }
   return failed > 0 ? kExitFinding : kExitOk;
 }

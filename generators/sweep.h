@@ -12,12 +12,15 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <ostream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "generators/space.h"
 #include "harness/record.h"
+#include "harness/store.h"
 
 namespace spikehunt {
 
@@ -43,6 +46,19 @@ std::pair<double, double> wilson_interval(int64_t k, int64_t n);
 // {"activation", "leaky_relu"}, {"task order", "B>A"}, {"lr decade", "[0.1, 1)"},
 // {"momentum", "(0.5, 0.9]"}, {"optimizer", "sgd"}, {"seed", "3"}.
 std::vector<std::pair<std::string, std::string>> factors_of(const TrainingConfig& c);
+
+// Failure rates of a sweep's search runs, overall and per factor.
+struct RateCell {
+  int64_t failed = 0;
+  int64_t runs = 0;
+};
+struct SweepRates {
+  RateCell all;
+  std::map<std::string, int64_t> by_outcome;  // failed runs per outcome
+  std::map<std::pair<std::string, std::string>, RateCell> factors;       // (factor, value)
+  std::map<std::pair<std::string, std::string>, RateCell> lr_momentum;   // (lr decade, momentum bucket)
+};
+SweepRates sweep_rates(const std::vector<RunRow>& searched, const std::string& source);
 
 // Runs (or resumes) a sweep; returns the exit code: 0 no failure, 1 failures found.
 int run_sweep(const SweepOptions& options, std::ostream& out);

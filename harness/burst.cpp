@@ -41,7 +41,7 @@ torch::Tensor train_step(Scenario& s, const Batch& b, Monitor* monitor) {
   loss.backward();
   if (monitor) monitor->after_backward();
   if (s.grad_clip() > 0) clip_grad_norm(s.model().parameters(), s.grad_clip());
-  s.optimizer().step();
+  s.optimizer_step();
   return loss;
 }
 

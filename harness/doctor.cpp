@@ -135,7 +135,7 @@ VitalSign overfit_one_batch(const ScenarioFactory& make, const DoctorOptions& o)
     if (steps == o.overfit_steps) break;
     loss.backward();
     if (s->grad_clip() > 0) clip_grad_norm(s->model().parameters(), s->grad_clip());
-    s->optimizer().step();
+    s->optimizer_step();
   }
   v.data = {{"first_loss", number(first)}, {"final_loss", number(last)}, {"steps", steps},
             {"threshold", o.overfit_loss}, {"batch_size", batch->targets.size(0)}};
@@ -245,7 +245,7 @@ Run watch(const ScenarioFactory& make, const DoctorOptions& o) {
       }
     }
     if (s->grad_clip() > 0) clip_grad_norm(s->model().parameters(), s->grad_clip());
-    s->optimizer().step();
+    s->optimizer_step();
     StepRecord r = monitor.finish_step();
     if (step == 0) run.zero_first = zeros;
     run.zero_last = zeros;

@@ -18,12 +18,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string checkpoint_name(const std::string& repro_path) {
-  std::string base = fs::path(repro_path).filename().string();
-  const std::string suffix = ".repro.json";
-  if (base.size() > suffix.size() && base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0) {
-    base.resize(base.size() - suffix.size());
-  }
-  return base + ".last_healthy.safetensors";
+  return fs::path(repro_sibling(repro_path, ".last_healthy.safetensors")).filename().string();
 }
 
 std::string beside(const std::string& repro_path, const std::string& file) {
@@ -127,7 +122,12 @@ Repro record_repro(const TrainingConfig& config, const std::string& path) {
   std::unique_ptr<Scenario> scenario = make_scenario(config);
   BurstOptions options;
   options.keep_states = true;
+  const fs::path dir = fs::path(path).parent_path();
+  if (!dir.empty()) fs::create_directories(dir);
+  TraceWriter trace(repro_sibling(path, ".trace.jsonl"));
+  options.on_step = [&](const StepRecord& r) { trace.write(r); };
   BurstResult result = run_burst(*scenario, config.health, options);
+  trace.close();
   Repro repro;
   repro.config = config;
   repro.environment = environment(to_string(config.device), config.threads);

@@ -98,4 +98,13 @@ Repro parse_repro(std::string_view text, const std::string& path) {
 
 Repro read_repro(const std::string& path) { return parse_repro(read_file(path, uint64_t{256} << 20), path); }
 
+std::string repro_sibling(const std::string& repro_path, const std::string& suffix) {
+  std::string base = repro_path;
+  const std::string ext = ".repro.json";
+  if (base.size() > ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0) {
+    base.resize(base.size() - ext.size());
+  }
+  return base + suffix;
+}
+
 }  // namespace spikehunt

@@ -34,4 +34,8 @@ std::string repro_to_json(const Repro& repro);  // the file's text
 Repro parse_repro(std::string_view text, const std::string& file);
 Repro read_repro(const std::string& path);
 
+// Files beside a repro "<dir>/<stem>.repro.json": "<dir>/<stem><suffix>".
+// The trace of every step (record_repro writes it) is ".trace.jsonl".
+std::string repro_sibling(const std::string& repro_path, const std::string& suffix);
+
 }  // namespace spikehunt

@@ -91,7 +91,8 @@ CREATE TABLE IF NOT EXISTS failures(
 
 }  // namespace
 
-SweepStore::SweepStore(const std::string& path, const std::string& space_json, uint64_t seed) : path_(path) {
+SweepStore::SweepStore(const std::string& path, const std::string& space_json, uint64_t seed)
+    : path_(path), space_json_(space_json), seed_(seed) {
   if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
     const std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
@@ -126,6 +127,33 @@ SweepStore::SweepStore(const std::string& path, const std::string& space_json, u
                      "belongs to a sweep with another " + std::string(stored_space != space_json ? "space" : "seed"),
                      "resume with the same --space and --seed, or give --out a fresh folder");
   }
+}
+
+std::unique_ptr<SweepStore> SweepStore::open_read_only(const std::string& path) {
+  std::unique_ptr<SweepStore> store(new SweepStore());
+  store->path_ = path;
+  if (sqlite3_open_v2(path.c_str(), &store->db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    const std::string why = store->db_ ? sqlite3_errmsg(store->db_) : "out of memory";
+    throw InputError(path, "", "", "cannot be opened as a sweep database: " + why,
+                     "give the --out folder of a spikehunt sweep");
+  }
+  sqlite3_busy_timeout(store->db_, 5000);
+  try {
+    Statement s(store->db_, "SELECT key, value FROM meta WHERE key IN ('space', 'seed')");
+    int found = 0;
+    while (s.step()) {
+      ++found;
+      if (s.text(0) == "space") store->space_json_ = s.text(1);
+      else store->seed_ = std::stoull(s.text(1));
+    }
+    Statement check(store->db_, "SELECT COUNT(*) FROM runs JOIN failures ON 0");
+    check.step();
+    if (found != 2) throw std::runtime_error("its meta table has no space and seed");
+  } catch (const std::exception& e) {
+    throw InputError(path, "", "", std::string("is not a sweep database (") + e.what() + ")",
+                     "give the --out folder of a spikehunt sweep");
+  }
+  return store;
 }
 
 SweepStore::~SweepStore() {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,11 +46,16 @@ class SweepStore {
   // InputError (resume with the same --space and --seed, or use another --out);
   // a file that is not a sweep database is one too.
   SweepStore(const std::string& path, const std::string& space_json, uint64_t seed);
+  // Opens an existing sweep database read-only (reports): a missing file or
+  // one that is not a sweep database is an InputError.
+  static std::unique_ptr<SweepStore> open_read_only(const std::string& path);
   ~SweepStore();
   SweepStore(const SweepStore&) = delete;
   SweepStore& operator=(const SweepStore&) = delete;
 
   const std::string& path() const { return path_; }
+  const std::string& space_json() const { return space_json_; }  // the sweep's space
+  uint64_t seed() const { return seed_; }
   bool has_sample(int64_t sample) const;
   std::optional<BurstSummary> find(const std::string& config_hash) const;  // the memo
   void add_run(RunRow row);                                                 // one transaction
@@ -61,8 +67,11 @@ class SweepStore {
   std::vector<FailureRow> failures() const;  // in order of first_run
 
  private:
+  SweepStore() = default;
   void exec(const std::string& sql) const;
   std::string path_;
+  std::string space_json_;
+  uint64_t seed_ = 0;
   sqlite3* db_ = nullptr;
 };
 

@@ -2,6 +2,8 @@
 
 #include <c10/util/string_utils.h>
 
+#include <map>
+
 #include "scenarios/models.h"
 #include "scenarios/protocol.h"
 
@@ -168,13 +170,37 @@ std::vector<std::string> StandardScenario::phase_names() const {
   return names;
 }
 
+namespace {
+
+std::map<std::string, ScenarioMaker>& registry() {
+  static std::map<std::string, ScenarioMaker> makers;
+  return makers;
+}
+
+}  // namespace
+
+void register_scenario(const std::string& name, ScenarioMaker make) {
+  if (name == "standard" || name.empty()) throw std::invalid_argument("register_scenario: \"" + name + "\" is reserved");
+  registry()[name] = std::move(make);
+  add_scenario_name(name);
+}
+
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config,
                                         std::shared_ptr<const Dataset> dataset) {
-  return std::make_unique<StandardScenario>(config, std::move(dataset));
+  if (config.scenario == "standard") return std::make_unique<StandardScenario>(config, std::move(dataset));
+  return make_scenario(config);
 }
 
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config) {
-  return make_scenario(config, std::make_shared<const Dataset>(load_dataset(config.dataset)));
+  if (config.scenario == "standard") {
+    return make_scenario(config, std::make_shared<const Dataset>(load_dataset(config.dataset)));
+  }
+  auto it = registry().find(config.scenario);
+  if (it == registry().end()) {
+    throw InputError("config", "scenario", "\"" + config.scenario + "\"", "is not registered in this program",
+                     "register it with spikehunt::register_scenario() before running");
+  }
+  return it->second(config);
 }
 
 }  // namespace spikehunt

@@ -5,7 +5,9 @@
 //   auto scenario = make_scenario(config, dataset);  // shares a loaded one
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "scenarios/config.h"
 #include "scenarios/dataset.h"
@@ -51,7 +53,14 @@ class StandardScenario : public Scenario {
   Schedule schedule_;
 };
 
+// A scenario of your own, by name: configs with "scenario": NAME build it
+// (run, sweep, shrink, doctor and guard then train your code).
+using ScenarioMaker = std::function<std::unique_ptr<Scenario>(const TrainingConfig&)>;
+void register_scenario(const std::string& name, ScenarioMaker make);
+
+// Builds config.scenario: the standard one (loading config.dataset) or a registered one.
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config);
+// The same, sharing a loaded dataset with the standard scenario.
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config,
                                         std::shared_ptr<const Dataset> dataset);
 

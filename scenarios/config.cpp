@@ -60,6 +60,22 @@ const char* to_string(DatasetKind k) { return k == DatasetKind::kSynthetic ? "sy
 const char* to_string(DeviceKind k) { return k == DeviceKind::kCpu ? "cpu" : "cuda"; }
 const char* to_string(StopAt k) { return k == StopAt::kNonFinite ? "non_finite" : "extreme"; }
 
+namespace {
+
+std::vector<std::string>& mutable_scenario_names() {
+  static std::vector<std::string> names = {"standard"};
+  return names;
+}
+
+}  // namespace
+
+const std::vector<std::string>& scenario_names() { return mutable_scenario_names(); }
+
+void add_scenario_name(const std::string& name) {
+  auto& names = mutable_scenario_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+}
+
 const std::vector<std::string>& model_kinds() {
   static const std::vector<std::string> kinds = {"simple_cnn", "mlp"};
   return kinds;
@@ -71,6 +87,7 @@ json config_to_json(const TrainingConfig& c) {
   const HealthRules& h = c.health;
   return json{
       {"name", c.name},
+      {"scenario", c.scenario},
       {"model", {{"kind", c.model.kind}, {"mlp_depth", c.model.mlp_depth},
                  {"mlp_width", c.model.mlp_width}}},
       {"activation", {{"kind", to_string(c.activation.kind)}, {"slope", c.activation.slope}}},
@@ -294,6 +311,7 @@ TrainingConfig config_from_json(const json& j, const std::string& file) {
   }
   Reader r(&j, "", &problems);
   r.string("name", c.name);
+  r.string("scenario", c.scenario);
   {
     Reader m = r.object("model");
     m.string("kind", c.model.kind);
@@ -408,6 +426,15 @@ std::string list_text(const std::vector<int64_t>& v) { return json(v).dump(); }
 std::vector<Problem> validate(const TrainingConfig& c) {
   std::vector<Problem> problems;
   Checker k(&problems);
+  const auto& scenarios = scenario_names();
+  if (std::find(scenarios.begin(), scenarios.end(), c.scenario) == scenarios.end()) {
+    std::string list;
+    for (const std::string& s : scenarios) list += (list.empty() ? "" : ", ") + s;
+    const std::string near = closest(c.scenario, scenarios);
+    k.fail("scenario", "\"" + c.scenario + "\"", "is not a registered scenario (" + list + ")",
+           near.empty() ? "a program registers its own with spikehunt::register_scenario()"
+                        : "did you mean \"" + near + "\"?");
+  }
   const auto& models = model_kinds();
   if (std::find(models.begin(), models.end(), c.model.kind) == models.end()) {
     const std::string near = closest(c.model.kind, models);

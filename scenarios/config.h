@@ -83,6 +83,7 @@ struct HealthRules {
 
 struct TrainingConfig {
   std::string name = "default";  // free text, shown in reports
+  std::string scenario = "standard";  // a registered scenario (catalog.h); "standard": the built-in one
   ModelConfig model;
   ActivationConfig activation;
   OptimizerConfig optimizer;
@@ -104,6 +105,9 @@ const char* to_string(DatasetKind k);
 const char* to_string(DeviceKind k);
 const char* to_string(StopAt k);
 const std::vector<std::string>& model_kinds();  // the built-in models
+// The scenario names a config may use: "standard" and every register_scenario() name.
+const std::vector<std::string>& scenario_names();
+void add_scenario_name(const std::string& name);
 
 // ---- JSON ----
 nlohmann::json config_to_json(const TrainingConfig& c);

@@ -83,6 +83,9 @@ class Scenario {
   virtual torch::Device device() const { return torch::kCPU; }
   // Max global grad norm for clipping; 0: none.
   virtual double grad_clip() const { return 0.0; }
+  // Applies the gradients: optimizer().step() by default; override to add a
+  // scheduler, gradient accumulation or your own update.
+  virtual void optimizer_step() { optimizer().step(); }
 
   // The optimizer's per-parameter state tensors (momentum buffers, Adam
   // moments), named "<parameter>.<buffer>". Empty before the first step.

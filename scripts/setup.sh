@@ -11,6 +11,7 @@ packages=(
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
   dataset-fashion-mnist
   libxxhash-dev nlohmann-json3-dev libcli11-dev libsqlite3-dev zlib1g-dev
+  libjs-dygraphs chromium
 )
 
 missing=()

@@ -132,6 +132,18 @@ TEST(Config, ValidationNamesFieldValueAndRange) {
             "hint: learning rates are positive; did you mean 0.05?");
 }
 
+TEST(Config, ScenarioMustBeRegistered) {
+  TrainingConfig c;
+  c.scenario = "standart";
+  const std::vector<Problem> p = validate(c);
+  ASSERT_EQ(p.size(), 1u);
+  const std::string text = InputError("my.json", p).what();
+  EXPECT_NE(text.find("scenario = \"standart\" is not a registered scenario"), std::string::npos) << text;
+  EXPECT_NE(text.find("did you mean \"standard\"?"), std::string::npos) << text;
+  add_scenario_name("standart");
+  EXPECT_TRUE(validate(c).empty());
+}
+
 TEST(Config, ValidationCatchesEveryBadField) {
   TrainingConfig c;
   c.model.kind = "resnet";

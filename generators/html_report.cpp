@@ -1,0 +1,386 @@
+#include "generators/html_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "generators/space.h"
+#include "generators/sweep.h"
+#include "harness/env.h"
+#include "harness/repro_file.h"
+#include "harness/store.h"
+#include "scenarios/error.h"
+#include "scenarios/files.h"
+
+namespace spikehunt {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string escape(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += ch;
+    }
+  }
+  return out;
+}
+
+// JSON inside <script>: "</" would end the element.
+std::string script_json(const json& j) {
+  std::string text = j.dump();
+  for (size_t at = text.find("</"); at != std::string::npos; at = text.find("</", at + 3)) text.replace(at, 2, "<\\/");
+  return text;
+}
+
+std::string percent(double x) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", 100 * x);
+  return buf;
+}
+
+std::string rate_text(const RateCell& c) {
+  const auto [lo, hi] = wilson_interval(c.failed, c.runs);
+  return std::to_string(c.failed) + "/" + std::to_string(c.runs) + " (" +
+         percent(c.runs ? double(c.failed) / double(c.runs) : 0) + ", 95% " + percent(lo) + "–" + percent(hi) + ")";
+}
+
+// A cell shaded by its failure rate: white at 0, red at 1.
+std::string rate_cell(const RateCell& c) {
+  if (c.runs == 0) return "<td class=\"empty\">–</td>";
+  const double r = double(c.failed) / double(c.runs);
+  char style[64];
+  std::snprintf(style, sizeof style, "background:hsl(0,75%%,%.0f%%)", 100 - 45 * r);
+  return "<td style=\"" + std::string(style) + "\" title=\"" + escape(rate_text(c)) + "\">" + std::to_string(c.failed) +
+         "/" + std::to_string(c.runs) + "</td>";
+}
+
+// A trace value for a log-scale chart: finite and positive, else null.
+json plotted(const json& v) {
+  if (!v.is_number()) return nullptr;
+  const double x = v.get<double>();
+  return std::isfinite(x) && x > 0 ? json(x) : json(nullptr);
+}
+
+// Rows [step, loss, grad norm, max |grad|, max |activation|, max |state|] of a
+// trace.jsonl; malformed lines end the chart there (the report still renders).
+json trace_rows(const std::string& path, std::string* problem) {
+  json rows = json::array();
+  if (!fs::exists(path)) {
+    *problem = "no trace beside the repro (" + path + ")";
+    return rows;
+  }
+  std::istringstream in(read_file(path));
+  int64_t line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    const json r = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!r.is_object() || !r.contains("step") || !r["step"].is_number_integer()) {
+      *problem = path + ":" + std::to_string(line_no) + ": not a step record; the chart stops before it";
+      break;
+    }
+    rows.push_back({r["step"], plotted(r.value("loss", json())), plotted(r.value("grad_norm", json())),
+                    plotted(r.value("grad_max", json())), plotted(r.value("activation_max", json())),
+                    plotted(r.value("state_max", json()))});
+  }
+  return rows;
+}
+
+// Momentum buckets of factors_of() in reading order.
+int momentum_rank(const std::string& bucket) {
+  static const char* order[] = {"0", "(0, 0.5]", "(0.5, 0.9]", "(0.9, 1)", "n/a (adam)"};
+  for (int i = 0; i < 5; ++i) {
+    if (bucket == order[i]) return i;
+  }
+  return 5;
+}
+
+// The lower end of an lr decade "[0.01, 0.1)".
+double decade_low(const std::string& decade) { return std::strtod(decade.c_str() + 1, nullptr); }
+
+constexpr const char* kStyle = R"(
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em; color: #222; }
+h1 { font-size: 1.6em; margin-bottom: .2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
+.meta { color: #666; } .big { font-size: 1.3em; }
+table { border-collapse: collapse; margin: .5em 0; } td, th { border: 1px solid #ddd; padding: 3px 9px; text-align: left; }
+th { background: #f4f4f4; } td.empty { color: #aaa; text-align: center; } table.map td { text-align: center; min-width: 5em; }
+code, pre { font: 12.5px ui-monospace, monospace; background: #f6f6f6; } pre { padding: .6em; overflow-x: auto; }
+section.failure { border: 1px solid #ddd; border-radius: 6px; padding: 0 1em 1em; margin: 1.2em 0; }
+.chart { width: 100%; height: 340px; margin-top: .8em; } .legend { font-size: 12px; min-height: 1.5em; margin: .3em 0 0 60px; }
+.ok { color: #176c2f; } .bad { color: #b00020; }
+)";
+
+// Charts: drawn from the JSON data block; the page records what it drew and
+// any JavaScript error on <body data-charts / data-errors> (the test reads them).
+constexpr const char* kScript = R"(
+(function () {
+  var data = JSON.parse(document.getElementById('spikehunt-data').textContent);
+  var status = [];
+  // Saturated pixels: the series and marks (grid, axes and text are gray).
+  function colored(div) {
+    var n = 0;
+    div.querySelectorAll('canvas').forEach(function (c) {
+      if (!c.width || !c.height) return;
+      var px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+      for (var i = 0; i < px.length; i += 4) {
+        if (px[i + 3] > 64 && Math.max(px[i], px[i + 1], px[i + 2]) - Math.min(px[i], px[i + 1], px[i + 2]) > 80) n++;
+      }
+    });
+    return n;
+  }
+  // Points dygraphs laid out inside the plot area.
+  function plotted(g) {
+    var n = 0, a = g.getArea();
+    (g.layout_.points || []).forEach(function (series) {
+      series.forEach(function (p) {
+        if (isFinite(p.canvasx) && isFinite(p.canvasy) && p.canvasx >= a.x - 1 && p.canvasx <= a.x + a.w + 1 &&
+            p.canvasy >= a.y - 1 && p.canvasy <= a.y + a.h + 1) n++;
+      });
+    });
+    return n;
+  }
+  function marks(list) {
+    return function (ctx, area, g) {
+      list.forEach(function (m) {
+        if (m.step === null || m.step === undefined) return;
+        var x = g.toDomXCoord(m.step);
+        ctx.save();
+        ctx.strokeStyle = m.color; ctx.fillStyle = m.color; ctx.lineWidth = 2; ctx.setLineDash([6, 4]);
+        ctx.beginPath(); ctx.moveTo(x, area.y); ctx.lineTo(x, area.y + area.h); ctx.stroke();
+        var text = m.label + ' (step ' + m.step + ')', w = ctx.measureText(text).width;
+        var tx = x + 4 + w > area.x + area.w ? x - 4 - w : x + 4;
+        ctx.fillText(text, tx, area.y + 12 + (m.row || 0) * 14);
+        ctx.restore();
+      });
+    };
+  }
+  function exp(v) { return v >= 0.01 && v < 1e4 ? String(+v.toPrecision(3)) : v.toExponential(0); }
+  function draw(id, rows, options) {
+    var div = document.getElementById(id);
+    var legend = document.createElement('div');
+    legend.className = 'legend';
+    div.parentNode.insertBefore(legend, div.nextSibling);
+    options.labelsDiv = legend;
+    options.labelsSeparateLines = false;
+    options.yRangePad = 8;
+    try {
+      var g = new Dygraph(div, rows, options);
+      status.push({id: id, rows: g.numRows(), points: plotted(g), colored: colored(div)});
+    } catch (e) {
+      window.spikehuntErrors.push(id + ': ' + e);
+      status.push({id: id, rows: 0, points: 0, colored: 0});
+    }
+  }
+  if (data.map.rows.length) {
+    var first = data.map.rows[0][0], last = data.map.rows[data.map.rows.length - 1][0];
+    draw('map', data.map.rows, {
+      dateWindow: [first / 1.5, last * 1.5],
+      labels: data.map.labels, drawPoints: true, strokeWidth: 0, pointSize: 4, highlightCircleSize: 6,
+      axes: {x: {logscale: true, axisLabelFormatter: exp}}, valueRange: [-0.05, 1.05], xlabel: 'learning rate', ylabel: 'momentum',
+      colors: ['#2e8b57', '#e69500', '#c00020', '#555555'], legend: 'always'
+    });
+  }
+  data.failures.forEach(function (f) {
+    if (!f.rows.length) return;
+    draw(f.id, f.rows, {
+      labels: f.labels, logscale: true, xlabel: 'step', xRangePad: 12, ylabel: 'magnitude (log scale)', legend: 'always',
+      axes: {y: {axisLabelFormatter: exp, axisLabelWidth: 60, pixelsPerLabel: 28}},
+      colors: ['#1f77b4', '#d62728', '#9467bd', '#2ca02c', '#ff7f0e'],
+      underlayCallback: marks([{step: f.onset, label: 'onset (extreme)', color: '#e69500'},
+                               {step: f.failure, label: 'first non-finite', color: '#c00020', row: 1}])
+    });
+  });
+  document.body.dataset.charts = JSON.stringify(status);
+  document.body.dataset.errors = JSON.stringify(window.spikehuntErrors);
+})();
+)";
+
+}  // namespace
+
+std::string dygraphs_dir() {
+  const char* env = std::getenv("SPIKEHUNT_DYGRAPHS_DIR");
+  return env != nullptr && *env != '\0' ? env : "/usr/share/javascript/dygraphs";
+}
+
+ReportFacts write_sweep_report(const std::string& dir, const std::string& out_path) {
+  const std::string db = (fs::path(dir) / "sweep.db").string();
+  if (!fs::exists(db)) {
+    throw InputError(dir, "", "", "has no sweep.db", "give the --out folder of a spikehunt sweep (default results/sweep)");
+  }
+  const std::string lib = dygraphs_dir();
+  std::string dygraph_js, dygraph_css;
+  try {
+    dygraph_js = read_file(lib + "/dygraph.min.js");
+    dygraph_css = read_file(lib + "/dygraph.min.css");
+  } catch (const InputError&) {
+    throw InputError(lib + "/dygraph.min.js", "", "", "is missing: the report inlines Debian's dygraphs",
+                     "install libjs-dygraphs (scripts/setup.sh does) or set SPIKEHUNT_DYGRAPHS_DIR");
+  }
+  const std::unique_ptr<SweepStore> store = SweepStore::open_read_only(db);
+  const SearchSpace space = SearchSpace::from_json(json::parse(store->space_json()), db + ": space");
+  const TrainingConfig simplest = space.simplest();
+  const std::vector<RunRow> searched = store->runs("search");
+  const SweepRates rates = sweep_rates(searched, db);
+
+  ReportFacts facts;
+  facts.path = out_path.empty() ? (fs::path(dir) / "report.html").string() : out_path;
+  facts.runs = rates.all.runs;
+  facts.failed = rates.all.failed;
+
+  std::ostringstream h;
+  char when[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  h << "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>spikehunt sweep: " << escape(dir)
+    << "</title>\n<script>window.spikehuntErrors = [];\nwindow.addEventListener('error', function (e) { "
+       "window.spikehuntErrors.push(String(e.message)); });</script>\n<style>"
+    << dygraph_css << "\n" << kStyle << "</style>\n<script>" << dygraph_js << "</script>\n</head><body>\n";
+
+  // ---- summary ----
+  const auto [lo, hi] = wilson_interval(rates.all.failed, rates.all.runs);
+  h << "<h1>spikehunt sweep</h1>\n<p class=\"meta\">" << escape(dir) << " · seed " << store->seed() << " · spikehunt "
+    << kVersion << " · report written " << when << "</p>\n";
+  h << "<p class=\"big\"><b>" << rates.all.runs << "</b> runs, <b class=\"" << (rates.all.failed ? "bad" : "ok") << "\">"
+    << rates.all.failed << " failed</b>: " << percent(rates.all.runs ? double(rates.all.failed) / double(rates.all.runs) : 0)
+    << " (95% Wilson interval " << percent(lo) << " to " << percent(hi) << ")";
+  for (const auto& [outcome, count] : rates.by_outcome) h << " · " << count << " " << escape(outcome);
+  h << "</p>\n<p>" << store->count("shrink") << " shrink bursts. A run <i>fails</i> when it goes extreme (finite, but "
+    << "past a health rule) or non-finite, crashes or times out.</p>\n";
+
+  h << "<h2>Failure rate per factor</h2>\n<table><tr><th>factor</th><th>value</th><th>failed</th><th>rate</th>"
+       "<th>95% interval</th></tr>\n";
+  for (const auto& [key, cell] : rates.factors) {
+    const auto [flo, fhi] = wilson_interval(cell.failed, cell.runs);
+    h << "<tr><td>" << escape(key.first) << "</td><td>" << escape(key.second) << "</td><td>" << cell.failed << "/"
+      << cell.runs << "</td><td>" << percent(double(cell.failed) / double(cell.runs)) << "</td><td>" << percent(flo)
+      << "–" << percent(fhi) << "</td></tr>\n";
+  }
+  h << "</table>\n";
+
+  // ---- learning rate × momentum ----
+  std::vector<std::string> decades, buckets;
+  for (const auto& [key, cell] : rates.lr_momentum) {
+    if (std::find(decades.begin(), decades.end(), key.first) == decades.end()) decades.push_back(key.first);
+    if (std::find(buckets.begin(), buckets.end(), key.second) == buckets.end()) buckets.push_back(key.second);
+  }
+  std::sort(decades.begin(), decades.end(), [](auto& a, auto& b) { return decade_low(a) < decade_low(b); });
+  std::sort(buckets.begin(), buckets.end(), [](auto& a, auto& b) { return momentum_rank(a) < momentum_rank(b); });
+  h << "<h2>Learning rate × momentum</h2>\n<p>Failed / runs per learning-rate decade and momentum bucket "
+       "(darker: more failures).</p>\n<table class=\"map\"><tr><th>lr \\ momentum</th>";
+  for (const std::string& b : buckets) h << "<th>" << escape(b) << "</th>";
+  h << "</tr>\n";
+  for (const std::string& d : decades) {
+    h << "<tr><th>" << escape(d) << "</th>";
+    for (const std::string& b : buckets) {
+      const auto it = rates.lr_momentum.find({d, b});
+      h << rate_cell(it == rates.lr_momentum.end() ? RateCell{} : it->second);
+    }
+    h << "</tr>\n";
+  }
+  h << "</table>\n<p>Every SGD run by its learning rate and momentum (Adam runs have no momentum and are left out):</p>\n"
+       "<div id=\"map\" class=\"chart\"></div>\n";
+  std::vector<std::pair<double, json>> points;
+  for (const RunRow& r : searched) {
+    const TrainingConfig c = config_from_json(json::parse(r.config_json), db);
+    if (c.optimizer.kind != OptimizerKind::kSgd) continue;
+    const Outcome o = r.summary.verdict.outcome;
+    const int column = o == Outcome::kHealthy ? 1 : o == Outcome::kExtreme ? 2 : o == Outcome::kNonFinite ? 3 : 4;
+    json row = {c.optimizer.lr, nullptr, nullptr, nullptr, nullptr};
+    row[size_t(column)] = c.optimizer.momentum;
+    points.emplace_back(c.optimizer.lr, row);
+  }
+  std::stable_sort(points.begin(), points.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  json map_rows = json::array();
+  for (auto& p : points) map_rows.push_back(p.second);
+
+  // ---- distinct failures ----
+  std::vector<FailureRow> failures = store->failures();
+  std::stable_sort(failures.begin(), failures.end(),
+                   [](const FailureRow& a, const FailureRow& b) { return a.occurrences > b.occurrences; });
+  facts.failures = int64_t(failures.size());
+  json charts = json::array();
+  h << "<h2>Distinct failures</h2>\n";
+  if (failures.empty()) h << "<p class=\"ok\">None: every run stayed healthy.</p>\n";
+  int index = 0;
+  for (const FailureRow& f : failures) {
+    ++index;
+    h << "<section class=\"failure\"><h3>" << index << ". <code>" << escape(f.signature) << "</code></h3>\n<p>"
+      << f.occurrences << " of " << rates.all.runs << " runs (first: run " << f.first_run << ")</p>\n";
+    if (f.minimal_config_json.empty()) {
+      h << "<p>Not shrunk (<code>--max-shrinks</code> or the time budget).</p></section>\n";
+      continue;
+    }
+    const TrainingConfig minimal = config_from_json(json::parse(f.minimal_config_json), db);
+    const std::vector<std::string> diff = config_diff(simplest, minimal);
+    h << "<p>Minimal config (fields away from the space's simplest values), after " << f.shrink_evaluations
+      << " shrink bursts" << (f.budget_exhausted ? " (budget spent: may not be minimal)" : " (a local minimum)")
+      << ":</p>\n<pre>";
+    if (diff.empty()) h << "(none: the simplest config of the space fails)";
+    for (const std::string& d : diff) h << escape(d) << "\n";
+    h << "</pre>\n<details><summary>full minimal config</summary><pre>" << escape(config_to_json(minimal).dump(2))
+      << "</pre></details>\n";
+    std::string repro_path = f.repro_path;
+    if (!repro_path.empty() && !fs::exists(repro_path)) {  // the sweep ran from another directory
+      repro_path = (fs::path(dir) / "repros" / fs::path(repro_path).filename()).string();
+    }
+    if (repro_path.empty() || !fs::exists(repro_path)) {
+      h << "<p>No repro: " << escape(f.replay.empty() ? "not recorded" : f.replay) << "</p></section>\n";
+      continue;
+    }
+    const Repro repro = read_repro(repro_path);
+    const Verdict& v = repro.verdict;
+    h << "<p>Fails: <b>" << to_string(v.outcome) << "</b>";
+    if (v.onset_step) h << ", onset (first extreme step) " << *v.onset_step;
+    if (v.failure_step) h << ", first non-finite step " << *v.failure_step;
+    if (v.lead_time()) h << ", lead time " << *v.lead_time() << " steps";
+    if (v.fault) h << ", " << escape(v.fault->describe());
+    if (!v.onset_rules.empty()) {
+      std::string rules;
+      for (const std::string& r : v.onset_rules) rules += (rules.empty() ? "" : ", ") + r;
+      h << "; rules at the onset: " << escape(rules);
+    }
+    h << "</p>\n<p>Replay: <span class=\"" << (f.replay.rfind("reproduced", 0) == 0 ? "ok" : "bad") << "\">"
+      << escape(f.replay) << "</span><br>Replay it: <code>spikehunt replay " << escape(repro_path)
+      << (repro.checkpoint ? " --from-checkpoint" : "") << "</code></p>\n";
+    std::string problem;
+    json rows = trace_rows(repro_sibling(repro_path, ".trace.jsonl"), &problem);
+    const std::string id = "failure-" + std::to_string(index);
+    if (!problem.empty()) h << "<p class=\"meta\">" << escape(problem) << "</p>\n";
+    if (!rows.empty()) {
+      h << "<div id=\"" << id << "\" class=\"chart\"></div>\n<p class=\"meta\">The trace into the failure on a log scale; "
+        << "non-finite values are gaps. Drag to zoom, double-click to reset.</p>\n";
+      ++facts.charts;
+    }
+    h << "</section>\n";
+    charts.push_back({{"id", id},
+                      {"onset", v.onset_step ? json(*v.onset_step) : json(nullptr)},
+                      {"failure", v.failure_step ? json(*v.failure_step) : json(nullptr)},
+                      {"labels", {"step", "loss", "global grad norm", "max |grad|", "max |activation|", "max |optimizer state|"}},
+                      {"rows", rows}});
+  }
+  h << "<details><summary>search space</summary><pre>" << escape(json::parse(store->space_json()).dump(2))
+    << "</pre></details>\n";
+  const json data = {{"map", {{"labels", {"learning rate", "healthy", "extreme", "non-finite", "crashed / timeout"}},
+                              {"rows", map_rows}}},
+                     {"failures", charts}};
+  h << "<script type=\"application/json\" id=\"spikehunt-data\">" << script_json(data) << "</script>\n<script>"
+    << kScript << "</script>\n</body></html>\n";
+  write_file_atomic(facts.path, h.str());
+  return facts;
+}
+
+}  // namespace spikehunt
