@@ -16,6 +16,7 @@
 #include "harness/doctor.h"
 #include "harness/checkpoint.h"
 #include "harness/env.h"
+#include "harness/guard.h"
 #include "harness/report.h"
 #include "harness/repro.h"
 #include "harness/results.h"
@@ -343,6 +344,31 @@ void add_harness_verbs(Cli& cli) {
       });
   audit_cmd->add_option("file", audit_args->file, "Checkpoint to audit");
   audit_cmd->add_option("--pair", audit_args->pair, "Two checkpoints: are they the same state?")->expected(2);
+
+  struct GuardArgs {
+    std::string action, suite, out, baseline;
+    std::vector<std::string> sets;
+  };
+  auto guard_args = std::make_shared<GuardArgs>();
+  CLI::App* guard = cli.verb(
+      "guard", "Record a pinned suite of configs, or check that none got less stable than its baseline", [guard_args] {
+        const GuardArgs& g = *guard_args;
+        if (g.suite.empty()) throw InputError("guard", "--suite", "", "is required", "spikehunt guard " + g.action + " --suite FILE ...");
+        if (g.action == "record") {
+          if (g.out.empty()) throw InputError("guard record", "--out", "", "is required", "where to write the baseline JSON");
+          return guard_record(g.suite, g.out, g.sets, std::cout);
+        }
+        if (g.baseline.empty()) {
+          throw InputError("guard check", "--baseline", "", "is required", "the file guard record --out wrote");
+        }
+        return guard_check(g.suite, g.baseline, g.sets, std::cout);
+      });
+  guard->add_option("action", guard_args->action, "record | check")->required()->check(CLI::IsMember({"record", "check"}));
+  guard->add_option("--suite", guard_args->suite, "Suite JSON: the pinned configs and the tolerances");
+  guard->add_option("--out", guard_args->out, "record: the baseline JSON to write");
+  guard->add_option("--baseline", guard_args->baseline, "check: the baseline JSON guard record wrote");
+  guard->add_option("--set", guard_args->sets, "Override a field of every config, e.g. --set optimizer.lr=0.1 (repeatable)")
+      ->allow_extra_args(false);
 
   auto replay_args = std::make_shared<ReplayArgs>();
   CLI::App* replay_cmd = cli.verb("replay", "Rerun a repro file and check every recorded hash, the failure step, stage and tensor",

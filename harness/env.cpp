@@ -11,6 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/csrc/api/include/torch/version.h>
 
+#include "harness/record.h"
+#include "scenarios/error.h"
+
 namespace spikehunt {
 
 namespace {
@@ -99,6 +102,36 @@ nlohmann::json to_json(const Environment& e) {
 std::string describe(const Environment& e) {
   return "spikehunt " + e.spikehunt + " | LibTorch " + e.libtorch + " | " + e.device + ", " +
          std::to_string(e.threads) + " thread(s) | BLAS: " + e.blas;
+}
+
+Environment environment_from_json(const nlohmann::json& j, const std::string& field, const std::string& file) {
+  if (!j.is_object()) throw InputError(file, field, j.dump(), "is not an object");
+  Environment e;
+  try {
+    e.spikehunt = j.value("spikehunt", "");
+    e.libtorch = j.value("libtorch", "");
+    e.blas = j.value("blas", "");
+    e.device = j.value("device", "");
+    e.threads = j.contains("threads") ? json_integer(j["threads"], field + ".threads", file) : 0;
+    e.compiler = j.value("compiler", "");
+  } catch (const nlohmann::json::exception& ex) {
+    throw InputError(file, field, "", std::string("is malformed: ") + ex.what());
+  }
+  return e;
+}
+
+std::vector<std::string> environment_warnings(const Environment& recorded, const Environment& here,
+                                              const std::string& where) {
+  std::vector<std::string> warnings;
+  if (here.libtorch != recorded.libtorch) {
+    warnings.push_back("LibTorch " + here.libtorch + " here, " + recorded.libtorch + " in the " + where +
+                       ": bit-exactness is not promised");
+  }
+  if (here.blas != recorded.blas) {
+    warnings.push_back("BLAS differs (here: " + here.blas + "; " + where + ": " + recorded.blas +
+                       "): bit-exactness is not promised");
+  }
+  return warnings;
 }
 
 }  // namespace spikehunt

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -26,5 +27,12 @@ std::string blas_in_use();
 Environment environment(const std::string& device, int64_t threads);
 nlohmann::json to_json(const Environment& e);
 std::string describe(const Environment& e);  // one line for headers
+// Strict: a malformed fingerprint is an InputError naming `file` and `field`.
+Environment environment_from_json(const nlohmann::json& j, const std::string& field, const std::string& file);
+// LibTorch or BLAS differing between where a result was recorded and here
+// (threads are a config field: callers compare them), as warnings
+// ("LibTorch 2.1 here, 1.13.0 in the repro: bit-exactness is not promised").
+std::vector<std::string> environment_warnings(const Environment& recorded, const Environment& here,
+                                              const std::string& where);
 
 }  // namespace spikehunt

@@ -109,8 +109,6 @@ json to_json(const StepRecord& r) {
   return j;
 }
 
-namespace {
-
 double number_from(const json& v) {
   if (v.is_string()) {
     const std::string s = v.get<std::string>();
@@ -120,8 +118,6 @@ double number_from(const json& v) {
   }
   return v.get<double>();
 }
-
-}  // namespace
 
 int64_t json_integer(const json& v, const std::string& field, const std::string& file) {
   // get<int64_t>() of a float or of an unsigned past INT64_MAX is undefined (found by fuzz_repro).

@@ -130,5 +130,7 @@ std::string fault_signature(const Verdict& v);
 // Number formatting shared by JSON writers: finite doubles as numbers,
 // non-finite as "nan" / "inf" / "-inf".
 nlohmann::json number(double v);
+// ... and back; anything else throws nlohmann::json::type_error.
+double number_from(const nlohmann::json& v);
 
 }  // namespace spikehunt

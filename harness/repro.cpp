@@ -55,14 +55,7 @@ ReplayReport replay(const Repro& repro, const std::string& repro_path, const Rep
     config.threads = options.threads;
   }
   const Environment now = environment(to_string(config.device), config.threads);
-  if (now.libtorch != repro.environment.libtorch) {
-    report.warnings.push_back("LibTorch " + now.libtorch + " here, " + repro.environment.libtorch +
-                              " in the repro: bit-exactness is not promised");
-  }
-  if (now.blas != repro.environment.blas) {
-    report.warnings.push_back("BLAS differs (here: " + now.blas + "; repro: " + repro.environment.blas +
-                              "): bit-exactness is not promised");
-  }
+  for (std::string& w : environment_warnings(repro.environment, now, "repro")) report.warnings.push_back(std::move(w));
   configure_runtime(config);
   std::unique_ptr<Scenario> scenario = make_scenario(config);
   BurstOptions options_burst;

@@ -53,18 +53,7 @@ Repro parse_repro(std::string_view text, const std::string& path) {
                                            path);
   r.verdict = s.verdict;
   r.step_hashes = s.step_hashes;
-  const json env = j.value("environment", json::object());
-  if (!env.is_object()) throw InputError(path, "environment", env.dump(), "is not an object");
-  try {
-    r.environment.spikehunt = env.value("spikehunt", "");
-    r.environment.libtorch = env.value("libtorch", "");
-    r.environment.blas = env.value("blas", "");
-    r.environment.device = env.value("device", "");
-    r.environment.threads = env.contains("threads") ? json_integer(env["threads"], "environment.threads", path) : 0;
-    r.environment.compiler = env.value("compiler", "");
-  } catch (const json::exception& e) {
-    throw InputError(path, "environment", "", std::string("is malformed: ") + e.what());
-  }
+  r.environment = environment_from_json(j.value("environment", json::object()), "environment", path);
   const json c = j.value("checkpoint", json());
   if (!c.is_null()) {
     try {

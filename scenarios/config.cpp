@@ -604,10 +604,7 @@ std::vector<std::string> config_diff(const TrainingConfig& base, const TrainingC
   return out;
 }
 
-namespace {
-
-TrainingConfig finish_loading(json j, const std::string& file,
-                              const std::vector<std::string>& overrides) {
+TrainingConfig parse_config(json j, const std::string& file, const std::vector<std::string>& overrides) {
   apply_overrides(j, overrides);
   const std::string where = overrides.empty() ? file : file + " (with --set)";
   TrainingConfig c = config_from_json(j, where);
@@ -615,8 +612,6 @@ TrainingConfig finish_loading(json j, const std::string& file,
   if (!problems.empty()) throw InputError(where, std::move(problems));
   return c;
 }
-
-}  // namespace
 
 TrainingConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
   const std::string text = read_file(path, uint64_t{16} << 20);
@@ -630,7 +625,7 @@ TrainingConfig load_config(const std::string& path, const std::vector<std::strin
     throw InputError(path, "", "", "is not valid JSON: " + what,
                      "compare with configs/default.json");
   }
-  return finish_loading(std::move(j), path, overrides);
+  return parse_config(std::move(j), path, overrides);
 }
 
 TrainingConfig default_config(const std::vector<std::string>& overrides) {
@@ -643,7 +638,7 @@ TrainingConfig default_config(const std::vector<std::string>& overrides) {
   c.optimizer.lr = 0.15;
   c.seed = 4;
   c.max_batches_per_epoch = 40;
-  return finish_loading(config_to_json(c), "<built-in default>", overrides);
+  return parse_config(config_to_json(c), "<built-in default>", overrides);
 }
 
 void save_config(const TrainingConfig& c, const std::string& path) {

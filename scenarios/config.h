@@ -126,6 +126,9 @@ void apply_overrides(nlohmann::json& j, const std::vector<std::string>& override
 // (apply_overrides(config_to_json(base), diff) gives c back).
 std::vector<std::string> config_diff(const TrainingConfig& base, const TrainingConfig& c);
 
+// Overrides, parses and validates config JSON that came from `file`.
+TrainingConfig parse_config(nlohmann::json j, const std::string& file,
+                            const std::vector<std::string>& overrides = {});
 // Reads, overrides, parses and validates; throws InputError naming the file.
 TrainingConfig load_config(const std::string& path,
                            const std::vector<std::string>& overrides = {});

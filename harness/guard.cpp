@@ -1,0 +1,377 @@
+#include "harness/guard.h"
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/burst.h"
+#include "scenarios/catalog.h"
+#include "scenarios/error.h"
+#include "scenarios/files.h"
+
+namespace spikehunt {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kBaselineFormat = "spikehunt guard baseline";
+constexpr int kBaselineVersion = 1;
+
+json parse_json_file(const std::string& path, const std::string& what) {
+  const std::string text = read_file(path, uint64_t{1} << 30);
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw InputError(path, "", "", std::string("is not valid JSON: ") + e.what(), "a " + what + " is a JSON object");
+  }
+}
+
+void check_keys(const json& j, const std::set<std::string>& known, const std::string& file, const std::string& where) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (known.count(it.key())) continue;
+    std::string list;
+    for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+    throw InputError(file, where.empty() ? it.key() : where + "." + it.key(), "", "is not a known key",
+                     "known keys: " + list);
+  }
+}
+
+double tolerance(const json& t, const char* key, double fallback, const std::string& file) {
+  if (!t.contains(key)) return fallback;
+  const json& v = t[key];
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
+    throw InputError(file, std::string("tolerances.") + key, v.dump(), "is not a number >= 0");
+  }
+  return v.get<double>();
+}
+
+int rank(Outcome o) {
+  switch (o) {
+    case Outcome::kHealthy: return 0;
+    case Outcome::kExtreme: return 1;
+    case Outcome::kNonFinite: return 2;
+    default: return 3;  // crashed, timeout
+  }
+}
+
+std::string step_text(const std::optional<int64_t>& s) { return s ? "step " + std::to_string(*s) : "none"; }
+
+std::string number_text(double v) {
+  if (std::isnan(v)) return "nan";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+// One line: what the run did.
+std::string describe(const GuardRun& r) {
+  const Verdict& v = r.summary.verdict;
+  std::string text = to_string(v.outcome);
+  if (v.outcome == Outcome::kHealthy) {
+    text += ", " + std::to_string(v.steps_run) + " steps";
+    if (!r.losses.empty()) text += ", final loss " + number_text(r.losses.back());
+  } else {
+    if (v.failure_step) text += " at step " + std::to_string(*v.failure_step);
+    if (v.onset_step) text += std::string(v.failure_step ? " (onset step " : " from step ") + std::to_string(*v.onset_step) +
+                              (v.failure_step ? ")" : "");
+    if (v.fault) text += ", " + v.fault->describe();
+    else if (!v.onset_rules.empty()) text += ", " + v.onset_rules.front();
+    if (!v.message.empty()) text += ": " + v.message;
+  }
+  return text;
+}
+
+bool same_number(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+}  // namespace
+
+GuardSuite load_guard_suite(const std::string& path, const std::vector<std::string>& overrides) {
+  const json j = parse_json_file(path, "guard suite");
+  if (!j.is_object()) throw InputError(path, "", "", "is not a JSON object", "see README.md, \"Regression guard\"");
+  check_keys(j, {"configs", "tolerances"}, path, "");
+  GuardSuite suite;
+  if (j.contains("tolerances")) {
+    const json& t = j["tolerances"];
+    if (!t.is_object()) throw InputError(path, "tolerances", t.dump(), "is not an object");
+    check_keys(t, {"loss_relative", "loss_absolute", "onset_steps"}, path, "tolerances");
+    suite.tolerances.loss_relative = tolerance(t, "loss_relative", suite.tolerances.loss_relative, path);
+    suite.tolerances.loss_absolute = tolerance(t, "loss_absolute", suite.tolerances.loss_absolute, path);
+    if (t.contains("onset_steps")) suite.tolerances.onset_steps = json_integer(t["onset_steps"], "tolerances.onset_steps", path);
+    if (suite.tolerances.onset_steps < 0) {
+      throw InputError(path, "tolerances.onset_steps", std::to_string(suite.tolerances.onset_steps), "is negative");
+    }
+  }
+  const json configs = j.value("configs", json());
+  if (!configs.is_array() || configs.empty()) {
+    throw InputError(path, "configs", configs.dump(), "is not a non-empty list",
+                     R"(e.g. "configs": [{"name": "default"}, {"name": "healthy", "config": "healthy.json"}])");
+  }
+  const fs::path dir = fs::path(path).parent_path();
+  std::set<std::string> names;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const std::string field = "configs[" + std::to_string(i) + "]";
+    const json& e = configs[i];
+    if (!e.is_object()) throw InputError(path, field, e.dump(), "is not an object");
+    check_keys(e, {"name", "config", "set"}, path, field);
+    GuardCase c;
+    if (!e.contains("name") || !e["name"].is_string() || e["name"].get<std::string>().empty()) {
+      throw InputError(path, field + ".name", e.value("name", json()).dump(), "is not a non-empty string");
+    }
+    c.name = e["name"].get<std::string>();
+    if (!names.insert(c.name).second) throw InputError(path, field + ".name", "\"" + c.name + "\"", "is used twice");
+    std::vector<std::string> sets;
+    if (e.contains("set")) {
+      if (!e["set"].is_array()) throw InputError(path, field + ".set", e["set"].dump(), "is not a list of \"key=value\"");
+      for (const json& s : e["set"]) {
+        if (!s.is_string()) throw InputError(path, field + ".set", s.dump(), "is not a \"key=value\" string");
+        sets.push_back(s.get<std::string>());
+      }
+    }
+    sets.insert(sets.end(), overrides.begin(), overrides.end());
+    const json config = e.value("config", json());
+    if (config.is_null()) {
+      c.config = default_config(sets);
+    } else if (config.is_string()) {
+      fs::path file = config.get<std::string>();
+      if (file.is_relative()) file = dir / file;
+      c.config = load_config(file.string(), sets);
+    } else if (config.is_object()) {
+      c.config = parse_config(config, path + ": " + field + ".config", sets);
+    } else {
+      throw InputError(path, field + ".config", config.dump(), "is neither a config file path nor a config object");
+    }
+    suite.cases.push_back(std::move(c));
+  }
+  return suite;
+}
+
+GuardRun guard_run(const GuardCase& c) {
+  configure_runtime(c.config);
+  std::unique_ptr<Scenario> scenario = make_scenario(c.config);
+  GuardRun run;
+  run.name = c.name;
+  run.config = c.config;
+  BurstOptions options;
+  options.on_step = [&](const StepRecord& r) { run.losses.push_back(r.loss); };
+  BurstResult result = run_burst(*scenario, c.config.health, options);
+  run.summary.verdict = result.verdict;
+  run.summary.step_hashes = std::move(result.step_hashes);
+  if (!run.summary.step_hashes.empty()) run.summary.first = run.summary.step_hashes.front();
+  return run;
+}
+
+void write_guard_baseline(const std::string& path, const std::vector<GuardRun>& runs) {
+  json configs = json::array();
+  for (const GuardRun& r : runs) {
+    json losses = json::array();
+    for (double l : r.losses) losses.push_back(number(l));
+    configs.push_back({{"name", r.name}, {"config", config_to_json(r.config)}, {"summary", to_json(r.summary)},
+                       {"losses", losses}});
+  }
+  char when[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  const TrainingConfig& first = runs.front().config;
+  const json j = {{"format", kBaselineFormat},
+                  {"version", kBaselineVersion},
+                  {"recorded", when},
+                  {"environment", to_json(environment(to_string(first.device), first.threads))},
+                  {"configs", configs}};
+  write_file_atomic(path, j.dump(1) + "\n");
+}
+
+GuardBaseline read_guard_baseline(const std::string& path) {
+  const json j = parse_json_file(path, "guard baseline");
+  if (!j.is_object() || j.value("format", json()) != kBaselineFormat) {
+    throw InputError(path, "format", j.is_object() ? j.value("format", json()).dump() : "", "is not \"" +
+                     std::string(kBaselineFormat) + "\"", "write one with: spikehunt guard record --suite FILE --out " + path);
+  }
+  if (j.value("version", json()) != kBaselineVersion) {
+    throw InputError(path, "version", j.value("version", json()).dump(), "is not " + std::to_string(kBaselineVersion),
+                     "record the baseline again with this spikehunt");
+  }
+  GuardBaseline b;
+  b.environment = environment_from_json(j.value("environment", json::object()), "environment", path);
+  b.recorded = j.value("recorded", "");
+  const json configs = j.value("configs", json());
+  if (!configs.is_array()) throw InputError(path, "configs", configs.dump(), "is not a list");
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const std::string field = "configs[" + std::to_string(i) + "]";
+    const json& e = configs[i];
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string()) {
+      throw InputError(path, field + ".name", e.is_object() ? e.value("name", json()).dump() : e.dump(), "is missing");
+    }
+    GuardRun r;
+    r.name = e["name"].get<std::string>();
+    r.config = parse_config(e.value("config", json::object()), path + ": " + field + ".config");
+    r.summary = summary_from_json(e.value("summary", json()), path + ": " + field);
+    const json losses = e.value("losses", json());
+    if (!losses.is_array()) throw InputError(path, field + ".losses", losses.dump(), "is not a list");
+    for (size_t k = 0; k < losses.size(); ++k) {
+      try {
+        r.losses.push_back(number_from(losses[k]));
+      } catch (const json::exception&) {
+        throw InputError(path, field + ".losses[" + std::to_string(k) + "]", losses[k].dump(), "is not a number");
+      }
+    }
+    b.runs.push_back(std::move(r));
+  }
+  return b;
+}
+
+std::vector<GuardFinding> guard_compare(const GuardRun& base, const GuardRun& now, const GuardTolerances& t) {
+  std::vector<GuardFinding> out;
+  auto regression = [&](const std::string& text) { out.push_back({true, text}); };
+  auto note = [&](const std::string& text) { out.push_back({false, text}); };
+  const Verdict &b = base.summary.verdict, &n = now.summary.verdict;
+
+  const std::vector<std::string> changed = config_diff(base.config, now.config);
+  if (!changed.empty()) {
+    std::string list;
+    for (const std::string& c : changed) list += (list.empty() ? "" : ", ") + c;
+    note("config differs from the baseline's: " + list);
+  }
+
+  if (rank(n.outcome) > rank(b.outcome)) {
+    regression("verdict: " + std::string(to_string(b.outcome)) + " → " + describe(now));
+  } else if (rank(n.outcome) < rank(b.outcome)) {
+    note("verdict improved: " + describe(base) + " → " + to_string(n.outcome) + " (record the baseline again to keep it)");
+  } else if (fault_signature(n) != fault_signature(b)) {
+    note("the failure changed: " + fault_signature(b) + " → " + fault_signature(n));
+  }
+  if (b.onset_step && n.onset_step && *n.onset_step < *b.onset_step - t.onset_steps) {
+    regression("onset came earlier: step " + std::to_string(*b.onset_step) + " → " + std::to_string(*n.onset_step) +
+               " (tolerance " + std::to_string(t.onset_steps) + " steps)");
+  }
+  if (b.failure_step && n.failure_step && *n.failure_step < *b.failure_step - t.onset_steps) {
+    regression("first non-finite step came earlier: step " + std::to_string(*b.failure_step) + " → " +
+               std::to_string(*n.failure_step));
+  }
+
+  if (n.planned_steps != b.planned_steps) {
+    regression("planned steps: " + std::to_string(b.planned_steps) + " → " + std::to_string(n.planned_steps) +
+               " (the protocol or the dataset changed)");
+  }
+  const auto& bh = base.summary.step_hashes;
+  const auto& nh = now.summary.step_hashes;
+  for (size_t k = 0; k < std::min(bh.size(), nh.size()); ++k) {
+    if (bh[k] == nh[k]) continue;
+    std::string what;
+    if (bh[k].input != nh[k].input) what = "input hash " + bh[k].input.hex().substr(0, 12) + "… → " + nh[k].input.hex().substr(0, 12) + "…";
+    if (bh[k].labels != nh[k].labels) {
+      what += (what.empty() ? "" : ", ") + std::string("label hash ") + bh[k].labels.hex().substr(0, 12) + "… → " +
+              nh[k].labels.hex().substr(0, 12) + "…";
+    }
+    regression("hash chain changed at step " + std::to_string(k) + ": " + what +
+               " (the data pipeline feeds other batches)");
+    break;
+  }
+
+  const size_t m = std::min(base.losses.size(), now.losses.size());
+  int64_t outside = 0;
+  size_t first = 0, worst = 0;
+  double worst_excess = -1;
+  for (size_t k = 0; k < m; ++k) {
+    const double x = base.losses[k], y = now.losses[k];
+    if (same_number(x, y) || !std::isfinite(x)) continue;  // past a non-finite baseline the verdicts compare
+    const double allowed = t.loss_absolute + t.loss_relative * std::fabs(x);
+    const double delta = std::fabs(y - x);
+    if (std::isfinite(delta) && delta <= allowed) continue;
+    if (outside++ == 0) first = k;
+    const double excess = std::isfinite(delta) ? delta / allowed : INFINITY;
+    if (excess > worst_excess) worst_excess = excess, worst = k;
+  }
+  if (outside > 0) {
+    auto at = [&](size_t k) {
+      return "step " + std::to_string(k) + ": " + number_text(base.losses[k]) + " → " + number_text(now.losses[k]) +
+             " (tolerance ±" + number_text(t.loss_absolute + t.loss_relative * std::fabs(base.losses[k])) + ")";
+    };
+    std::string text = "loss left its tolerance at " + std::to_string(outside) + " of " + std::to_string(m) +
+                       " steps; first at " + at(first);
+    if (worst != first) text += "; furthest at " + at(worst);
+    regression(text);
+  }
+  return out;
+}
+
+namespace {
+
+std::string loss_agreement(const GuardRun& base, const GuardRun& now) {
+  const size_t m = std::min(base.losses.size(), now.losses.size());
+  double largest = 0;
+  bool identical = base.losses.size() == now.losses.size();
+  for (size_t k = 0; k < m; ++k) {
+    if (same_number(base.losses[k], now.losses[k])) continue;
+    identical = false;
+    largest = std::max(largest, std::fabs(now.losses[k] - base.losses[k]));
+  }
+  return identical ? "losses bit-identical" : "losses within tolerance (largest |Δ| " + number_text(largest) + ")";
+}
+
+}  // namespace
+
+int guard_record(const std::string& suite_path, const std::string& out, const std::vector<std::string>& overrides,
+                 std::ostream& log) {
+  const GuardSuite suite = load_guard_suite(suite_path, overrides);
+  log << "guard record: " << suite.cases.size() << " config(s) from " << suite_path << "\n";
+  std::vector<GuardRun> runs;
+  for (const GuardCase& c : suite.cases) {
+    runs.push_back(guard_run(c));
+    log << "  " << c.name << ": " << describe(runs.back()) << "; hash chain "
+        << runs.back().summary.verdict.hash_chain.hex().substr(0, 16) << "…\n";
+  }
+  write_guard_baseline(out, runs);
+  log << "wrote " << out << " (commit it; check with: spikehunt guard check --suite " << suite_path << " --baseline "
+      << out << ")\n";
+  return kExitOk;
+}
+
+int guard_check(const std::string& suite_path, const std::string& baseline_path,
+                const std::vector<std::string>& overrides, std::ostream& log) {
+  const GuardSuite suite = load_guard_suite(suite_path, overrides);
+  const GuardBaseline baseline = read_guard_baseline(baseline_path);
+  for (const GuardCase& c : suite.cases) {  // every case has a baseline before anything trains
+    const bool found = std::any_of(baseline.runs.begin(), baseline.runs.end(), [&](const GuardRun& r) { return r.name == c.name; });
+    if (!found) {
+      throw InputError(baseline_path, "configs", "\"" + c.name + "\"", "has no entry for this config of " + suite_path,
+                       "record the baseline again: spikehunt guard record --suite " + suite_path + " --out " + baseline_path);
+    }
+  }
+  log << "guard check: " << suite.cases.size() << " config(s) from " << suite_path << " against " << baseline_path
+      << " (recorded " << baseline.recorded << ")\n";
+  const Environment here = environment(to_string(suite.cases.front().config.device), suite.cases.front().config.threads);
+  for (const std::string& w : environment_warnings(baseline.environment, here, "baseline")) log << "warning: " << w << "\n";
+  log << "tolerances: loss ±(" << number_text(suite.tolerances.loss_absolute) << " + "
+      << number_text(suite.tolerances.loss_relative) << " × |loss|), onset " << suite.tolerances.onset_steps
+      << " step(s) earlier\n";
+  int64_t regressed = 0;
+  for (const GuardCase& c : suite.cases) {
+    const GuardRun& base = *std::find_if(baseline.runs.begin(), baseline.runs.end(), [&](const GuardRun& r) { return r.name == c.name; });
+    const GuardRun now = guard_run(c);
+    const std::vector<GuardFinding> findings = guard_compare(base, now, suite.tolerances);
+    const bool bad = std::any_of(findings.begin(), findings.end(), [](const GuardFinding& f) { return f.regression; });
+    regressed += bad;
+    log << "  " << c.name << ": " << (bad ? "REGRESSION: " : "ok: ") << describe(now);
+    if (!bad) log << "; " << loss_agreement(base, now) << "; hash chain unchanged";
+    log << "\n";
+    for (const GuardFinding& f : findings) log << "      " << (f.regression ? "- " : "  note: ") << f.text << "\n";
+  }
+  for (const GuardRun& r : baseline.runs) {
+    const bool in_suite = std::any_of(suite.cases.begin(), suite.cases.end(), [&](const GuardCase& c) { return c.name == r.name; });
+    if (!in_suite) log << "  note: " << r.name << " is in the baseline but not in the suite any more\n";
+  }
+  if (regressed == 0) {
+    log << "no regression: " << suite.cases.size() << " of " << suite.cases.size() << " config(s) as stable as the baseline\n";
+    return kExitOk;
+  }
+  log << regressed << " of " << suite.cases.size() << " config(s) got less stable than the baseline\n";
+  return kExitFinding;
+}
+
+}  // namespace spikehunt

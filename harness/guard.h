@@ -1,0 +1,76 @@
+// guard.h — a regression guard for training code: record a pinned suite of
+// configurations (seeds fixed) once, then rerun it in CI and fail when
+// anything got less stable: a healthy config now goes extreme or non-finite
+// (or an extreme one non-finite), an onset or first non-finite step came
+// earlier, a loss left its tolerance, or the hash chain changed (the data
+// pipeline feeds other batches).
+// Example:
+//   spikehunt guard record --suite guard.json --out guard.baseline.json
+//   spikehunt guard check  --suite guard.json --baseline guard.baseline.json
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "harness/env.h"
+#include "harness/record.h"
+#include "scenarios/config.h"
+
+namespace spikehunt {
+
+// How far a rerun may move before it counts as a regression.
+struct GuardTolerances {
+  double loss_relative = 0.01;  // |loss - baseline| <= loss_absolute + loss_relative * |baseline| at every step
+  double loss_absolute = 1e-4;
+  int64_t onset_steps = 0;      // an onset (or first non-finite step) this many steps earlier is still fine
+};
+
+struct GuardCase {
+  std::string name;
+  TrainingConfig config;
+};
+
+// The suite file: {"configs": [{"name", "config": path-or-object (absent: the
+// built-in default), "set": ["key=value", ...]}], "tolerances": {...}}.
+// Paths are relative to the suite file. `overrides` (guard --set) apply to
+// every config after its own "set". Bad suites are InputErrors naming the
+// file and the field.
+struct GuardSuite {
+  std::vector<GuardCase> cases;
+  GuardTolerances tolerances;
+};
+GuardSuite load_guard_suite(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// One case trained under the monitor.
+struct GuardRun {
+  std::string name;
+  TrainingConfig config;
+  BurstSummary summary;       // verdict (with the hash chain) and every step's hashes
+  std::vector<double> losses; // every step's loss
+};
+GuardRun guard_run(const GuardCase& c);
+
+struct GuardBaseline {
+  Environment environment;
+  std::string recorded;  // UTC time
+  std::vector<GuardRun> runs;
+};
+void write_guard_baseline(const std::string& path, const std::vector<GuardRun>& runs);
+GuardBaseline read_guard_baseline(const std::string& path);
+
+// One line of a check's diff.
+struct GuardFinding {
+  bool regression = false;  // false: a note (an improvement, a changed config)
+  std::string text;
+};
+std::vector<GuardFinding> guard_compare(const GuardRun& baseline, const GuardRun& now, const GuardTolerances& t);
+
+// The verbs. record: exit 0 (2 on bad input). check: 0 when nothing got
+// worse, 1 with the diff when something did, 2 on bad input.
+int guard_record(const std::string& suite, const std::string& out, const std::vector<std::string>& overrides,
+                 std::ostream& log);
+int guard_check(const std::string& suite, const std::string& baseline, const std::vector<std::string>& overrides,
+                std::ostream& log);
+
+}  // namespace spikehunt
