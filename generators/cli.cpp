@@ -147,4 +147,11 @@ void add_generator_verbs(Cli& cli) {
   report->add_option("--out", *report_out, "Where to write the HTML (default DIR/report.html)");
 }
 
+int cli_main(int argc, char** argv) {
+  Cli cli;
+  add_harness_verbs(cli);
+  add_generator_verbs(cli);
+  return cli.main(argc, argv);
+}
+
 }  // namespace spikehunt

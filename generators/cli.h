@@ -2,6 +2,9 @@
 //   spikehunt sweep  [--space FILE] [--runs N] [--seed S] [-j J] [--budget 30m] [--out DIR]
 //                    [--timeout 5m] [--shrink-budget N] [--max-shrinks K]
 //   spikehunt shrink (--config FILE | --run ID) [--space FILE] [-j J] [--budget N] [--out DIR]
+//   spikehunt report [DIR] [--out FILE]
+// and cli_main(): the whole spikehunt command line, for the spikehunt binary
+// and for users' own programs that register their scenarios first.
 #pragma once
 
 #include <string>
@@ -14,5 +17,11 @@ namespace spikehunt {
 double parse_duration(const std::string& text, const std::string& flag);
 
 void add_generator_verbs(Cli& cli);
+
+// Every verb (run, audit, replay, doctor, guard, sweep, shrink, report and the
+// hidden burst a sweep's children run); returns the exit code. A program of
+// your own registers its scenarios, then returns cli_main(argc, argv): its
+// sweeps spawn the program itself, so the children know the scenarios too.
+int cli_main(int argc, char** argv);
 
 }  // namespace spikehunt

@@ -12,6 +12,7 @@
 
 #include "generators/space.h"
 #include "generators/sweep.h"
+#include "harness/child.h"
 #include "harness/env.h"
 #include "harness/repro_file.h"
 #include "harness/store.h"
@@ -354,7 +355,7 @@ ReportFacts write_sweep_report(const std::string& dir, const std::string& out_pa
       h << "; rules at the onset: " << escape(rules);
     }
     h << "</p>\n<p>Replay: <span class=\"" << (f.replay.rfind("reproduced", 0) == 0 ? "ok" : "bad") << "\">"
-      << escape(f.replay) << "</span><br>Replay it: <code>spikehunt replay " << escape(repro_path)
+      << escape(f.replay) << "</span><br>Replay it: <code>" << escape(program_name()) << " replay " << escape(repro_path)
       << (repro.checkpoint ? " --from-checkpoint" : "") << "</code></p>\n";
     std::string problem;
     json rows = trace_rows(repro_sibling(repro_path, ".trace.jsonl"), &problem);

@@ -338,7 +338,7 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
     if (v.failure_step) out << ", non-finite at step " << *v.failure_step;
     if (v.fault) out << ", " << v.fault->describe();
     out << "\n   repro:  " << row->repro_path << "\n   replay: " << row->replay << "\n";
-    out << "   replay it: spikehunt replay " << row->repro_path << (repro.checkpoint ? " --from-checkpoint" : "") << "\n";
+    out << "   replay it: " << program_name() << " replay " << row->repro_path << (repro.checkpoint ? " --from-checkpoint" : "") << "\n";
     out << "   draft regression test:\n";
     std::istringstream test(draft_regression_test(repro, row->repro_path));
     for (std::string l; std::getline(test, l);) out << "     " << l << "\n";
@@ -389,7 +389,7 @@ int run_shrink(const ShrinkOptions& o, std::ostream& out) {
   if (fs::exists(path)) {
     const Repro repro = read_repro(path);
     out << "repro:  " << path << "\nreplay: " << verdict << "\n";
-    out << "replay it: spikehunt replay " << path << (repro.checkpoint ? " --from-checkpoint" : "") << "\n";
+    out << "replay it: " << program_name() << " replay " << path << (repro.checkpoint ? " --from-checkpoint" : "") << "\n";
     out << "draft regression test:\n" << draft_regression_test(repro, path);
   } else {
     out << verdict << "\n";

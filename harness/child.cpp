@@ -120,4 +120,10 @@ std::string tail_of(const std::string& path, size_t max_bytes) {
   return s;
 }
 
+std::string program_name() {
+  const std::string path = self_executable();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 }  // namespace spikehunt

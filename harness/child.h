@@ -28,6 +28,9 @@ struct ChildExit {
 
 // This process's executable (/proc/self/exe), for re-spawning spikehunt itself.
 std::string self_executable();
+// Its file name ("spikehunt", or a user's program that calls cli_main), for
+// the commands we print.
+std::string program_name();
 
 // Runs every spec, at most `parallel` at once, in order of the specs; calls
 // on_exit(index, exit) in this thread as each child ends. Throws

@@ -51,6 +51,13 @@ void print_header(const TrainingConfig& c, const std::string& source, Scenario& 
   std::cout << describe(env) << "\n";
   std::cout << "config     " << source << "  name \"" << c.name << "\"  hash "
             << config_hash(c).hex().substr(0, 16) << "\n";
+  if (c.scenario != "standard") {
+    std::cout << "  model    scenario \"" << c.scenario << "\" (" << thousands(parameter_count(scenario.model()))
+              << " parameters, " << scenario.planned_steps() << " steps), registered by this program\n";
+    std::cout << "  train    " << describe_optimizer(c.optimizer) << ", batch " << c.batch_size << ", seed " << c.seed
+              << "\n\n" << std::flush;
+    return;
+  }
   std::cout << "  model    " << c.model.kind;
   if (c.model.kind == "mlp") std::cout << " " << c.model.mlp_depth << "x" << c.model.mlp_width;
   std::cout << " (" << thousands(parameter_count(scenario.model())) << " parameters), "
@@ -250,8 +257,12 @@ int doctor_verb(const DoctorArgs& a) {
     title = "planted bug " + a.planted;
   } else {
     config = a.config.empty() ? default_config(a.sets) : load_config(a.config, a.sets);
-    auto data = std::make_shared<const Dataset>(load_dataset(config.dataset));
-    make = [config, data] { return make_scenario(config, data); };
+    if (config.scenario == "standard") {  // load the data once for every sign
+      auto data = std::make_shared<const Dataset>(load_dataset(config.dataset));
+      make = [config, data] { return make_scenario(config, data); };
+    } else {
+      make = [config] { return make_scenario(config); };
+    }
     title = a.config.empty() ? "<built-in default>" : a.config;
   }
   configure_runtime(config);
