@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 using testing::run_spikehunt;
 using testing::TempDir;
 
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+using testing::has;
 
 std::vector<std::string> entries(const std::string& dir) {
   std::vector<std::string> out;

@@ -20,7 +20,7 @@ using json = nlohmann::json;
 using testing::run_spikehunt;
 using testing::TempDir;
 
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+using testing::has;
 
 // Two tiny MLP configs: one healthy at lr 0.05, one that a high learning rate
 // drives non-finite after going extreme first.
@@ -43,6 +43,7 @@ struct Recorded {
     testing::write_bytes(suite, kSuite);
     testing::write_bytes(dir.file("tiny.json"), kTiny);
   }
+  testing::CommandResult record() const { return run_spikehunt("guard record --suite " + suite + " --out " + baseline); }
   testing::CommandResult check(const std::string& extra = "") const {
     return run_spikehunt("guard check --suite " + suite + " --baseline " + baseline + " " + extra);
   }
@@ -50,7 +51,7 @@ struct Recorded {
 
 TEST(Guard, AnUnchangedBuildPassesBitIdentically) {
   Recorded r;
-  const auto rec = run_spikehunt("guard record --suite " + r.suite + " --out " + r.baseline);
+  const auto rec = r.record();
   ASSERT_EQ(rec.exit_code, 0) << rec.output;
   const GuardBaseline b = read_guard_baseline(r.baseline);
   ASSERT_EQ(b.runs.size(), 2u);
@@ -68,7 +69,7 @@ TEST(Guard, AnUnchangedBuildPassesBitIdentically) {
 
 TEST(Guard, AHigherLearningRateIsARegression) {
   Recorded r;
-  ASSERT_EQ(run_spikehunt("guard record --suite " + r.suite + " --out " + r.baseline).exit_code, 0);
+  ASSERT_EQ(r.record().exit_code, 0);
   // The planted change: every config trains at lr 3 (tiny goes from healthy to non-finite).
   const auto bad = r.check("--set optimizer.lr=3");
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
@@ -88,7 +89,7 @@ TEST(Guard, AHigherLearningRateIsARegression) {
 
 TEST(Guard, AReorderedDataPipelineChangesTheHashChain) {
   Recorded r;
-  ASSERT_EQ(run_spikehunt("guard record --suite " + r.suite + " --out " + r.baseline).exit_code, 0);
+  ASSERT_EQ(r.record().exit_code, 0);
   const auto bad = r.check("--set protocol.task_order=[1,0]");
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
   EXPECT_TRUE(has(bad.output, "tiny: REGRESSION")) << bad.output;

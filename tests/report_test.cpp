@@ -24,18 +24,10 @@ using json = nlohmann::json;
 using testing::run_spikehunt;
 using testing::TempDir;
 
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+using testing::has;
 
-// A tiny MLP space where large learning rates diverge within a few steps.
-constexpr const char* kSpace = R"({
-  "base": {"model": {"kind": "mlp", "mlp_width": 32}, "dataset": {"synthetic_train_per_class": 40},
-           "batch_size": 16, "threads": 1},
-  "dimensions": {
-    "optimizer.lr": {"log_range": [0.01, 8]},
-    "optimizer.momentum": {"range": [0, 0.9], "step": 0.3},
-    "seed": {"range": [0, 3]},
-    "max_batches_per_epoch": {"range": [2, 6]}
-  }})";
+// The sweep tests' tiny MLP space, with momentum for the failure map.
+const std::string kSpace = testing::tiny_space(R"("optimizer.momentum": {"range": [0, 0.9], "step": 0.3},)");
 
 struct Page {
   json charts;                 // [{id, rows, points, colored}]

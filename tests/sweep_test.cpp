@@ -37,17 +37,9 @@ using json = nlohmann::json;
 using testing::run_spikehunt;
 using testing::TempDir;
 
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+using testing::has;
 
-// A small fast space: a tiny MLP, a few steps; lr up to 8 with momentum 0.9 diverges.
-constexpr const char* kSpace = R"({
-  "base": {"model": {"kind": "mlp", "mlp_width": 32}, "dataset": {"synthetic_train_per_class": 40},
-           "batch_size": 16, "threads": 1},
-  "dimensions": {
-    "optimizer.lr": {"log_range": [0.01, 8]},
-    "seed": {"range": [0, 3]},
-    "max_batches_per_epoch": {"range": [2, 6]}
-  }})";
+const std::string kSpace = testing::tiny_space();
 
 std::string write_space(const TempDir& dir, const std::string& text = kSpace) {
   testing::write_bytes(dir.file("space.json"), text);

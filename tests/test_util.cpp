@@ -107,4 +107,18 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+std::string tiny_space(const std::string& extra_dimensions) {
+  return R"({
+  "base": {"model": {"kind": "mlp", "mlp_width": 32}, "dataset": {"synthetic_train_per_class": 40},
+           "batch_size": 16, "threads": 1},
+  "dimensions": {
+    )" + extra_dimensions + R"(
+    "optimizer.lr": {"log_range": [0.01, 8]},
+    "seed": {"range": [0, 3]},
+    "max_batches_per_epoch": {"range": [2, 6]}
+  }})";
+}
+
 }  // namespace spikehunt::testing

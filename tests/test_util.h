@@ -62,6 +62,12 @@ struct CommandResult {
 CommandResult run_spikehunt(const std::string& args);
 
 std::string source_path(const std::string& relative);  // path inside the repository
+bool has(const std::string& text, const std::string& what);  // text contains what
+
+// A small fast search space: a tiny MLP on 40 synthetic images a class, a few
+// steps, momentum 0.9; learning rates up to 8 diverge. `extra_dimensions`
+// ("\"key\": {...},") come before the learning rate.
+std::string tiny_space(const std::string& extra_dimensions = "");
 void write_bytes(const std::string& path, const std::string& bytes);
 
 }  // namespace spikehunt::testing
