@@ -1,0 +1,78 @@
+// main.cpp — the benchmark runner: prints the environment (LibTorch, the BLAS
+// loaded at run time, threads) first, and after the runs the ratios that
+// matter, each between two benchmarks measured in this one run (medians of
+// the repetitions when --benchmark_repetitions is given).
+//   build/bench/spikehunt_bench --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "harness/env.h"
+#include "scenarios/config.h"
+
+namespace spikehunt {
+
+TrainingConfig bench_config();  // step_bench.cpp
+void bench_setup();             // step_bench.cpp: configure_runtime(bench_config())
+
+namespace {
+
+struct Ratio {
+  const char* numerator;
+  const char* denominator;
+  const char* text;  // printf format taking numerator ms, denominator ms, ratio
+};
+
+const Ratio kRatios[] = {
+    {"BM_CnnStep/monitored:1/real_time", "BM_CnnStep/monitored:0/real_time",
+     "simple_cnn step, batch 64: monitored %.2f ms, plain %.2f ms, monitored/plain = %.3f\n"},
+    {"BM_LateReplay/checkpoint:0/iterations:1/real_time", "BM_LateReplay/checkpoint:1/iterations:1/real_time",
+     "late failure replay: from step 0 %.0f ms, from the checkpoint %.0f ms, speed-up = %.1fx\n"},
+    {"BM_Sweep/jobs:1/iterations:1/real_time", "BM_Sweep/jobs:2/iterations:1/real_time",
+     "sweep of 8 bursts: -j 1 %.0f ms, -j 2 %.0f ms, -j 2 speed-up = %.2fx\n"},
+};
+
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      if (r.run_type == Run::RT_Iteration && !r.error_occurred) {
+        times_[r.benchmark_name()].push_back(r.GetAdjustedRealTime());
+      }
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    for (const Ratio& r : kRatios) {
+      const double a = median(r.numerator), b = median(r.denominator);
+      if (a > 0 && b > 0) std::printf(r.text, a, b, a / b);
+    }
+  }
+
+ private:
+  double median(const std::string& name) {
+    std::vector<double> v = times_[name];
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  }
+  std::map<std::string, std::vector<double>> times_;
+};
+
+}  // namespace
+}  // namespace spikehunt
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  spikehunt::bench_setup();
+  std::printf("%s\n", spikehunt::describe(spikehunt::environment("cpu", spikehunt::bench_config().threads)).c_str());
+  spikehunt::RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}
