@@ -1,5 +1,7 @@
 #include "harness/burst.h"
 
+#include <malloc.h>
+
 #include <chrono>
 #include <cstdlib>
 
@@ -110,6 +112,18 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
 
 void configure_runtime(const TrainingConfig& config) {
   at::set_num_threads(static_cast<int>(config.threads));
+  // glibc hands LibTorch's large activation buffers back to the kernel after
+  // every step and faults them in again on the next (~2,500 minor faults, ~12 MB
+  // a simple_cnn step): keep them in the heap instead. SPIKEHUNT_SYSTEM_MALLOC=1
+  // leaves glibc's defaults (for comparison: bench/README).
+  static const bool tuned = [] {
+    const char* off = std::getenv("SPIKEHUNT_SYSTEM_MALLOC");
+    if (off != nullptr && std::string(off) == "1") return false;
+    ::mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    ::mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    return true;
+  }();
+  (void)tuned;
   if (config.device == DeviceKind::kCuda) {
     // cuBLAS reproducibility needs a fixed workspace, set before its first use.
     ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
