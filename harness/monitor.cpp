@@ -5,6 +5,9 @@
 #include <limits>
 
 #include <cstring>
+#include <tuple>
+
+#include <ATen/Parallel.h>
 
 namespace spikehunt {
 
@@ -15,9 +18,9 @@ namespace {
 typedef float F32x4 __attribute__((vector_size(16)));
 typedef double F64x4 __attribute__((vector_size(32)));
 
-// {L2 norm, max |x|} of contiguous float32 memory in one pass: squares summed
-// in double lanes (so 1e36s stay finite), NaN found through the sum.
-std::pair<double, double> stats_f32(const float* p, int64_t n) {
+// {sum of squares, max |x|} of contiguous float32 memory in one pass: squares
+// summed in double lanes (so 1e36s stay finite), NaN propagated through the sum.
+std::pair<double, float> sumsq_max_f32(const float* p, int64_t n) {
   F64x4 s0 = {0, 0, 0, 0}, s1 = {0, 0, 0, 0};
   F32x4 m0 = {0, 0, 0, 0}, m1 = {0, 0, 0, 0};
   int64_t i = 0;
@@ -43,6 +46,29 @@ std::pair<double, double> stats_f32(const float* p, int64_t n) {
     const float a = std::fabs(p[i]);
     mx = a > mx ? a : mx;
     sq += double(a) * double(a);
+  }
+  return {sq, mx};
+}
+
+// {L2 norm, max |x|}. Large tensors are cut into fixed 64Ki-element chunks
+// summed on LibTorch's intra-op threads and combined in chunk order, so the
+// result does not depend on the thread count.
+std::pair<double, double> stats_f32(const float* p, int64_t n) {
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  double sq = 0;
+  float mx = 0;
+  if (n < 2 * kChunk) {
+    std::tie(sq, mx) = sumsq_max_f32(p, n);
+  } else {
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    std::vector<std::pair<double, float>> part(size_t(chunks), {0.0, 0.0f});
+    at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) part[size_t(c)] = sumsq_max_f32(p + c * kChunk, std::min(kChunk, n - c * kChunk));
+    });
+    for (const auto& [s, m] : part) {
+      sq += s;
+      mx = m > mx ? m : mx;
+    }
   }
   if (std::isnan(sq)) return {sq, sq};
   return {std::sqrt(sq), double(mx)};
@@ -160,6 +186,7 @@ void Monitor::check(Stage stage, std::string name, const torch::Tensor& t, int s
 void Monitor::restore(const MonitorState& s) {
   chain_ = s.chain;
   judge_.restore(s.judge);
+  after_cache_.clear();
 }
 
 void Monitor::begin_step(const Batch& batch) {
@@ -215,7 +242,17 @@ void Monitor::after_backward() {
     layers_[i].grad = push_stats(g);
     check(Stage::kBackward, params_[i].name + ".grad", g, layers_[i].grad);
   }
-  for (size_t i = 0; i < params_.size(); ++i) layers_[i].before = push_stats(params_[i].tensor);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& t = params_[i].tensor;
+    if (i < after_cache_.size() && after_cache_[i].data == t.data_ptr() &&
+        after_cache_[i].version == int64_t(t._version())) {  // unchanged since the last step's "after"
+      values_.push_back(after_cache_[i].norm);
+      values_.push_back(after_cache_[i].max);
+      layers_[i].before = static_cast<int>(values_.size()) - 2;
+    } else {
+      layers_[i].before = push_stats(t);
+    }
+  }
 }
 
 StepRecord Monitor::finish_step() {
@@ -247,6 +284,11 @@ StepRecord Monitor::finish_step() {
   const double* v = values_.data();
   auto at = [&](int slot) { return slot < 0 ? 0.0 : v[slot]; };
   auto max_at = [&](int slot) { return slot < 0 ? 0.0 : v[slot + 1]; };
+  after_cache_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& t = params_[i].tensor;
+    after_cache_[i] = {t.data_ptr(), int64_t(t._version()), at(layers_[i].after), max_at(layers_[i].after)};
+  }
 
   // max that propagates NaN, like the device reductions
   auto fold_max = [](double acc, double x) { return std::isnan(x) || std::isnan(acc) ? NAN : std::max(acc, x); };

@@ -107,6 +107,14 @@ class Monitor : public TapSink {
   std::vector<LayerSlots> layers_;
   std::vector<std::pair<std::string, int>> taps_;
   int loss_slot_ = -1, input_slot_ = -1;
+  // Each parameter's statistics after the last step: reused as "before" the
+  // next one when the tensor is untouched (same storage, same version counter).
+  struct AfterCache {
+    const void* data = nullptr;
+    int64_t version = -1;
+    double norm = 0, max = 0;
+  };
+  std::vector<AfterCache> after_cache_;
 };
 
 }  // namespace spikehunt

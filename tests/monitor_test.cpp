@@ -103,6 +103,30 @@ TEST(TensorStats, FiniteHugeTensorIsFiniteWithItsTrueNorm) {
   EXPECT_TRUE(std::isinf(torch::full({1000}, 1e36f).norm().item<float>())) << "float32 norm would overflow";
 }
 
+TEST(TensorStats, LargeTensorsAreChunkedOnThreadsWithoutChangingTheResult) {
+  torch::manual_seed(3);
+  torch::Tensor t = torch::randn({1000003});  // 16 chunks of 64Ki and a ragged end
+  const torch::Tensor d = t.to(torch::kFloat64);
+  const double* ref_in = d.data_ptr<double>();
+  double sq = 0, mx = 0;
+  for (int64_t i = 0; i < d.numel(); ++i) sq += ref_in[i] * ref_in[i], mx = std::max(mx, std::fabs(ref_in[i]));
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const torch::Tensor one = tensor_stats(t);
+  at::set_num_threads(2);
+  const torch::Tensor two = tensor_stats(t);
+  at::set_num_threads(threads);
+  EXPECT_EQ(one[0].item<double>(), two[0].item<double>()) << "bit-identical for any thread count";
+  EXPECT_EQ(one[1].item<double>(), two[1].item<double>());
+  EXPECT_NEAR(one[0].item<double>(), std::sqrt(sq), 1e-12 * std::sqrt(sq));
+  EXPECT_EQ(one[1].item<double>(), mx);
+  t[900000] = std::numeric_limits<float>::infinity();  // in a late chunk
+  EXPECT_TRUE(std::isinf(tensor_stats(t)[1].item<double>()));
+  t[500000] = std::nanf("");
+  EXPECT_TRUE(std::isnan(tensor_stats(t)[0].item<double>()));
+  EXPECT_TRUE(std::isnan(tensor_stats(t)[1].item<double>()));
+}
+
 TEST(TensorStats, DenormalsAreNotFlushed) {
   const TensorSummary s = summarize(torch::full({4}, 1e-40f));
   EXPECT_GT(s.max_abs, 0.0);
@@ -214,6 +238,27 @@ TEST(Monitor, RecordNumbersAgree) {
     }
     prev = &rec;
   }
+}
+
+// The parameters' "before" statistics are reused from the last step's "after"
+// only while the tensors are untouched: an in-place change in between is seen.
+TEST(Monitor, ParametersChangedBetweenStepsAreMeasuredAgain) {
+  PlantedScenario s(Plant::kNone, -1, 2);
+  Monitor m(s, HealthRules{});
+  auto step = [&] {
+    std::optional<Batch> b = s.next_batch();
+    m.begin_step(*b);
+    train_step(s, *b, &m);
+    return m.finish_step();
+  };
+  const StepRecord first = step();
+  {
+    torch::NoGradGuard no_grad;
+    s.model().parameters()[0].mul_(2.0);  // e.g. a user's weight rescaling between steps
+  }
+  const StepRecord second = step();
+  EXPECT_DOUBLE_EQ(second.layers[0].param_norm_before, 2 * first.layers[0].param_norm_after);
+  EXPECT_EQ(second.layers[1].param_norm_before, first.layers[1].param_norm_after) << "untouched: reused";
 }
 
 TEST(Monitor, HashesAreXxh3OfTheBatchBytes) {
