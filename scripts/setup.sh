@@ -2,6 +2,7 @@
 # setup.sh — installs every Debian package spikehunt needs. Idempotent: a package
 # already installed is skipped, and apt is not touched when nothing is missing.
 # Usage: scripts/setup.sh            (as root, or with sudo available)
+#        scripts/setup.sh --peer     also PyTorch's Python API (python3-torch) for bench/peer/
 set -euo pipefail
 
 packages=(
@@ -13,6 +14,13 @@ packages=(
   libxxhash-dev nlohmann-json3-dev libcli11-dev libsqlite3-dev zlib1g-dev
   libjs-dygraphs chromium
 )
+
+if [ "${1:-}" = "--peer" ]; then
+  packages+=(python3-torch)
+elif [ -n "${1:-}" ]; then
+  echo "setup: unknown option $1 (known: --peer)" >&2
+  exit 2
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Side by side on this machine, same thread count, same LibTorch build:
+# PyTorch's Python API (plain, a hook-based monitor, detect_anomaly) and
+# spikehunt (plain, monitored), one simple_cnn training step at batch 64.
+# Prints one table of median ms per step and ratios to PyTorch plain.
+# Usage: bench/peer/run.sh [THREADS]      (default 2; builds if needed)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+threads=${1:-2}
+"$root/scripts/setup.sh" --peer > /dev/null
+bench="$root/build/bench/spikehunt_bench"
+[ -x "$bench" ] || "$root/scripts/build.sh" > /dev/null
+# Rounds alternate the two processes, so drift on a shared machine hits both;
+# each row is the median over the rounds.
+rounds=${ROUNDS:-3}
+pys=() ccs=()
+for ((r = 0; r < rounds; ++r)); do
+  pys+=("$(/usr/bin/python3 "$root/bench/peer/peer.py" --threads "$threads" --repeats 5 2> /dev/null)")
+  ccs+=("$(SPIKEHUNT_BENCH_THREADS=$threads "$bench" --benchmark_filter='BM_CnnStep/' --benchmark_repetitions=5 \
+           --benchmark_min_time=1 --benchmark_enable_random_interleaving=true 2> /dev/null)")
+done
+py=$(printf '%s\n' "${pys[@]}")
+cc=$(printf '%s\n@@\n' "${ccs[@]}")
+/usr/bin/python3 - "$py" "$cc" "$threads" <<'PY'
+import json, re, sys, datetime, platform
+import statistics
+pys = [json.loads(line) for line in sys.argv[1].splitlines() if line.strip()]
+ccs = [c for c in sys.argv[2].split("@@") if c.strip()]
+threads = sys.argv[3]
+def grab(text, label):
+    m = re.search(label + r" ([\d.]+) ms", text)
+    return float(m.group(1)) if m else float("nan")
+med = statistics.median
+py = dict(pys[0])
+for k in ("plain_ms", "monitored_ms", "anomaly_ms"):
+    py[k] = med(p[k] for p in pys)
+plain = med(grab(c, "plain") for c in ccs)
+watched = med(grab(c, "monitored") for c in ccs)
+cc = ccs[0].strip()
+rows = [("PyTorch (Python)", "plain", py["plain_ms"]),
+        ("PyTorch (Python)", "hook-based monitor", py["monitored_ms"]),
+        ("PyTorch (Python)", "detect_anomaly", py["anomaly_ms"]),
+        ("spikehunt (C++)", "plain", plain),
+        ("spikehunt (C++)", "monitored", watched)]
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
+print(f"simple_cnn training step, batch 64, {threads} thread(s); {datetime.date.today()}; {cpu}; "
+      f"median of {len(pys)} alternating rounds")
+print(f"PyTorch {py['torch']} (BLAS loaded: {py['blas']})")
+print(cc.splitlines()[0])
+print(f"{'':18} {'mode':27} {'ms/step':>8} {'x PyTorch plain':>16}")
+for who, mode, t in rows:
+    print(f"{who:18} {mode:27} {t:8.2f} {t / py['plain_ms']:16.2f}")
+ratios = [grab(c, "monitored") / grab(c, "plain") for c in ccs]
+print(f"spikehunt monitored / spikehunt plain = {watched / plain:.3f} (per round: {', '.join(f'{r:.3f}' for r in ratios)}); "
+      f"PyTorch anomaly / PyTorch plain = {py['anomaly_ms'] / py['plain_ms']:.2f}")
+PY
