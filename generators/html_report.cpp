@@ -48,12 +48,6 @@ std::string script_json(const json& j) {
   return text;
 }
 
-std::string percent(double x) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%.0f%%", 100 * x);
-  return buf;
-}
-
 std::string rate_text(const RateCell& c) {
   const auto [lo, hi] = wilson_interval(c.failed, c.runs);
   return std::to_string(c.failed) + "/" + std::to_string(c.runs) + " (" +

@@ -300,9 +300,7 @@ SearchSpace SearchSpace::from_json(const json& j, const std::string& file) {
 }
 
 SearchSpace SearchSpace::load(const std::string& path) {
-  const std::string text = read_file(path, uint64_t{16} << 20);
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw InputError(path, "", "", "is not valid JSON", "compare with configs/space.json");
+  json j = read_json_file(path, "compare with configs/space.json");
   return from_json(j, path);
 }
 

@@ -54,6 +54,12 @@ std::vector<std::pair<std::string, std::string>> factors_of(const TrainingConfig
           {"seed", std::to_string(c.seed)}};
 }
 
+std::string percent(double x) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", 100 * x);
+  return buf;
+}
+
 SweepRates sweep_rates(const std::vector<RunRow>& searched, const std::string& source) {
   SweepRates rates;
   for (const RunRow& r : searched) {
@@ -85,11 +91,6 @@ std::string duration_text(double seconds) {
   return buf;
 }
 
-std::string percent(double x) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%.0f%%", 100 * x);
-  return buf;
-}
 
 // A progress line on a terminal: runs done, failures so far, ETA.
 class Progress {

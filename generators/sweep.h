@@ -39,6 +39,9 @@ struct SweepOptions {
   bool progress = true;             // a progress bar on a terminal
 };
 
+// "46%": a rate for reports.
+std::string percent(double x);
+
 // 95% Wilson score interval of k successes in n trials.
 std::pair<double, double> wilson_interval(int64_t k, int64_t n);
 

@@ -23,15 +23,6 @@ namespace {
 constexpr const char* kBaselineFormat = "spikehunt guard baseline";
 constexpr int kBaselineVersion = 1;
 
-json parse_json_file(const std::string& path, const std::string& what) {
-  const std::string text = read_file(path, uint64_t{1} << 30);
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw InputError(path, "", "", std::string("is not valid JSON: ") + e.what(), "a " + what + " is a JSON object");
-  }
-}
-
 void check_keys(const json& j, const std::set<std::string>& known, const std::string& file, const std::string& where) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (known.count(it.key())) continue;
@@ -92,7 +83,7 @@ bool same_number(double a, double b) { return (std::isnan(a) && std::isnan(b)) |
 }  // namespace
 
 GuardSuite load_guard_suite(const std::string& path, const std::vector<std::string>& overrides) {
-  const json j = parse_json_file(path, "guard suite");
+  const json j = read_json_file(path, "see README.md, \"Regression guard\"");
   if (!j.is_object()) throw InputError(path, "", "", "is not a JSON object", "see README.md, \"Regression guard\"");
   check_keys(j, {"configs", "tolerances"}, path, "");
   GuardSuite suite;
@@ -187,7 +178,7 @@ void write_guard_baseline(const std::string& path, const std::vector<GuardRun>& 
 }
 
 GuardBaseline read_guard_baseline(const std::string& path) {
-  const json j = parse_json_file(path, "guard baseline");
+  const json j = read_json_file(path, "write one with: spikehunt guard record --suite FILE --out " + path, uint64_t{1} << 30);
   if (!j.is_object() || j.value("format", json()) != kBaselineFormat) {
     throw InputError(path, "format", j.is_object() ? j.value("format", json()).dump() : "", "is not \"" +
                      std::string(kBaselineFormat) + "\"", "write one with: spikehunt guard record --suite FILE --out " + path);

@@ -614,17 +614,7 @@ TrainingConfig parse_config(json j, const std::string& file, const std::vector<s
 }
 
 TrainingConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  const std::string text = read_file(path, uint64_t{16} << 20);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    const size_t close = what.find("] ");
-    if (close != std::string::npos) what = what.substr(close + 2);
-    throw InputError(path, "", "", "is not valid JSON: " + what,
-                     "compare with configs/default.json");
-  }
+  json j = read_json_file(path, "compare with configs/default.json");
   return parse_config(std::move(j), path, overrides);
 }
 

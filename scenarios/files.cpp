@@ -42,6 +42,18 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   return data;
 }
 
+nlohmann::json read_json_file(const std::string& path, const std::string& hint, uint64_t max_bytes) {
+  const std::string text = read_file(path, max_bytes);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 3, ..."
+    const size_t close = what.find("] ");
+    if (close != std::string::npos) what = what.substr(close + 2);
+    throw InputError(path, "", "", "is not valid JSON: " + what, hint);
+  }
+}
+
 void write_file_atomic(const std::string& path, std::string_view data) {
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   FILE* f = std::fopen(tmp.c_str(), "wb");

@@ -7,11 +7,18 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 namespace spikehunt {
 
 // Reads a whole file. Throws InputError(path, ...) when it cannot be opened or
 // is larger than max_bytes.
 std::string read_file(const std::string& path, uint64_t max_bytes = uint64_t{1} << 32);
+
+// Reads and parses a JSON file. Bad JSON is an InputError naming the file,
+// with the parser's position ("parse error at line 3, column 5: ...") and `hint`.
+nlohmann::json read_json_file(const std::string& path, const std::string& hint,
+                              uint64_t max_bytes = uint64_t{16} << 20);
 
 // Writes `data` to `path` through "path.tmp-PID" and rename(2). Throws
 // std::runtime_error (naming the path and errno text) on failure, leaving no
