@@ -15,10 +15,9 @@ namespace fs = std::filesystem;
 
 StabilityResult check_stability(const SearchSpace& space, const StabilityOptions& o) {
   FunctionEvaluator in_process([](const TrainingConfig& c) {
-    const BurstResult r = run_config(c, BurstOptions{});
-    BurstSummary s;
-    s.verdict = r.verdict;
-    if (!r.step_hashes.empty()) s.first = r.step_hashes.front();
+    BurstResult r = run_config(c, BurstOptions{});
+    BurstSummary s = summary_of(r.verdict, std::move(r.step_hashes));
+    s.step_hashes.clear();  // the memo keeps verdicts and first hashes only
     return s;
   });
   EvalCache cache;

@@ -183,15 +183,12 @@ int burst_verb(const BurstArgs& a) {
   const TrainingConfig config = load_config(a.config);
   BurstSummary summary;
   if (!a.repro.empty()) {
-    const Repro repro = record_repro(config, a.repro);
-    summary.verdict = repro.verdict;
-    summary.step_hashes = repro.step_hashes;
+    Repro repro = record_repro(config, a.repro);
+    summary = summary_of(repro.verdict, std::move(repro.step_hashes));
   } else {
-    const BurstResult r = run_config(config, BurstOptions{});
-    summary.verdict = r.verdict;
-    summary.step_hashes = r.step_hashes;
+    BurstResult r = run_config(config, BurstOptions{});
+    summary = summary_of(r.verdict, std::move(r.step_hashes));
   }
-  if (!summary.step_hashes.empty()) summary.first = summary.step_hashes.front();
   if (!a.hashes) summary.step_hashes.clear();
   nlohmann::json j = to_json(summary);
   j["config_hash"] = config_hash(config).hex();

@@ -1,5 +1,6 @@
 #include "harness/guard.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -151,9 +152,7 @@ GuardRun guard_run(const GuardCase& c) {
   BurstOptions options;
   options.on_step = [&](const StepRecord& r) { run.losses.push_back(r.loss); };
   BurstResult result = run_burst(*scenario, c.config.health, options);
-  run.summary.verdict = result.verdict;
-  run.summary.step_hashes = std::move(result.step_hashes);
-  if (!run.summary.step_hashes.empty()) run.summary.first = run.summary.step_hashes.front();
+  run.summary = summary_of(result.verdict, std::move(result.step_hashes));
   return run;
 }
 
@@ -327,12 +326,14 @@ int guard_check(const std::string& suite_path, const std::string& baseline_path,
                 const std::vector<std::string>& overrides, std::ostream& log) {
   const GuardSuite suite = load_guard_suite(suite_path, overrides);
   const GuardBaseline baseline = read_guard_baseline(baseline_path);
-  for (const GuardCase& c : suite.cases) {  // every case has a baseline before anything trains
-    const bool found = std::any_of(baseline.runs.begin(), baseline.runs.end(), [&](const GuardRun& r) { return r.name == c.name; });
-    if (!found) {
+  std::vector<const GuardRun*> bases;  // each case's baseline, found before anything trains
+  for (const GuardCase& c : suite.cases) {
+    const auto it = std::find_if(baseline.runs.begin(), baseline.runs.end(), [&](const GuardRun& r) { return r.name == c.name; });
+    if (it == baseline.runs.end()) {
       throw InputError(baseline_path, "configs", "\"" + c.name + "\"", "has no entry for this config of " + suite_path,
                        "record the baseline again: spikehunt guard record --suite " + suite_path + " --out " + baseline_path);
     }
+    bases.push_back(&*it);
   }
   log << "guard check: " << suite.cases.size() << " config(s) from " << suite_path << " against " << baseline_path
       << " (recorded " << baseline.recorded << ")\n";
@@ -342,8 +343,9 @@ int guard_check(const std::string& suite_path, const std::string& baseline_path,
       << number_text(suite.tolerances.loss_relative) << " × |loss|), onset " << suite.tolerances.onset_steps
       << " step(s) earlier\n";
   int64_t regressed = 0;
-  for (const GuardCase& c : suite.cases) {
-    const GuardRun& base = *std::find_if(baseline.runs.begin(), baseline.runs.end(), [&](const GuardRun& r) { return r.name == c.name; });
+  for (size_t i = 0; i < suite.cases.size(); ++i) {
+    const GuardCase& c = suite.cases[i];
+    const GuardRun& base = *bases[i];
     const GuardRun now = guard_run(c);
     const std::vector<GuardFinding> findings = guard_compare(base, now, suite.tolerances);
     const bool bad = std::any_of(findings.begin(), findings.end(), [](const GuardFinding& f) { return f.regression; });

@@ -191,6 +191,14 @@ Verdict verdict_from_json(const json& j, const std::string& file) {
   }
 }
 
+BurstSummary summary_of(Verdict verdict, std::vector<StepHashes> step_hashes) {
+  BurstSummary s;
+  s.verdict = std::move(verdict);
+  s.step_hashes = std::move(step_hashes);
+  if (!s.step_hashes.empty()) s.first = s.step_hashes.front();
+  return s;
+}
+
 json to_json(const BurstSummary& s) {
   json hashes = json::array();
   for (const StepHashes& h : s.step_hashes) hashes.push_back({h.input.hex(), h.labels.hex()});

@@ -109,6 +109,8 @@ struct BurstSummary {
   StepHashes first;                      // step 0's hashes: which data the burst started on
   std::vector<StepHashes> step_hashes;   // every step, when asked for (repro files)
 };
+// A summary with `first` taken from the step hashes (empty: no step ran).
+BurstSummary summary_of(Verdict verdict, std::vector<StepHashes> step_hashes);
 
 nlohmann::json to_json(const Fault& f);
 nlohmann::json to_json(const StepRecord& r);
