@@ -28,8 +28,10 @@ struct Ratio {
 };
 
 const Ratio kRatios[] = {
-    {"BM_CnnStep/monitored:1/real_time", "BM_CnnStep/monitored:0/real_time",
+    {"BM_CnnStep/mode:1/real_time", "BM_CnnStep/mode:0/real_time",
      "simple_cnn step, batch 64: monitored %.2f ms, plain %.2f ms, monitored/plain = %.3f\n"},
+    {"BM_CnnStep/mode:2/real_time", "BM_CnnStep/mode:0/real_time",
+     "simple_cnn step, batch 64: fail-fast %.2f ms, plain %.2f ms, fail-fast/plain = %.3f\n"},
     {"BM_LateReplay/checkpoint:0/iterations:1/real_time", "BM_LateReplay/checkpoint:1/iterations:1/real_time",
      "late failure replay: from step 0 %.0f ms, from the checkpoint %.0f ms, speed-up = %.1fx\n"},
     {"BM_Sweep/jobs:1/iterations:1/real_time", "BM_Sweep/jobs:2/iterations:1/real_time",

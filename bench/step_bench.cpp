@@ -1,7 +1,8 @@
 // step_bench.cpp — one simple_cnn training step at batch 64 (the motivating
-// case's model and optimizer), plain and under the monitor, on one fixed
-// synthetic batch; prints monitored/plain as a ratio measured in this run,
-// and the BLAS LibTorch loaded (bench/main.cpp).
+// case's model and optimizer) on one fixed synthetic batch: plain (mode 0),
+// monitored (1), and monitored with fail-fast checks on every statistic (2);
+// bench/main.cpp prints monitored/plain and fail-fast/plain measured in this
+// run, and the BLAS LibTorch loaded.
 #include <cstdlib>
 
 #include <benchmark/benchmark.h>
@@ -27,12 +28,14 @@ void bench_setup() { configure_runtime(bench_config()); }
 namespace {
 
 void BM_CnnStep(benchmark::State& state) {
-  const bool monitored = state.range(0) != 0;
+  const int64_t mode = state.range(0);
+  const bool monitored = mode != 0;
   const TrainingConfig config = bench_config();
   configure_runtime(config);
   std::unique_ptr<Scenario> scenario = make_scenario(config);
   const Batch batch = *scenario->next_batch();
   Monitor monitor(*scenario, config.health);
+  monitor.set_fail_fast(mode == 2);
   for (auto _ : state) {
     if (monitored) {
       monitor.begin_step(batch);
@@ -42,9 +45,9 @@ void BM_CnnStep(benchmark::State& state) {
       benchmark::DoNotOptimize(train_step(*scenario, batch, nullptr));
     }
   }
-  state.SetLabel(monitored ? "monitored" : "plain");
+  state.SetLabel(mode == 0 ? "plain" : mode == 1 ? "monitored" : "monitored, fail-fast");
 }
-BENCHMARK(BM_CnnStep)->Arg(0)->Arg(1)->ArgName("monitored")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CnnStep)->Arg(0)->Arg(1)->Arg(2)->ArgName("mode")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace spikehunt

@@ -54,6 +54,7 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
   const auto start = Clock::now();
   std::optional<Monitor> monitor;
   if (options.monitor) monitor.emplace(scenario, rules);
+  if (monitor) monitor->set_fail_fast(options.fail_fast);
   if (monitor && options.resume) {
     monitor->restore(*options.resume);
     v.hash_chain = options.resume->chain;
@@ -71,8 +72,12 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
         continue;
       }
       if (options.keep_states && !v.onset_step) entering = {batch->step, capture_state(scenario), monitor->state()};
-      monitor->begin_step(*batch);
-      train_step(scenario, *batch, &*monitor);
+      try {
+        monitor->begin_step(*batch);
+        train_step(scenario, *batch, &*monitor);
+      } catch (const Monitor::FailFast&) {
+        // cut short at its first non-finite statistic; recorded below as it stands
+      }
       StepRecord r = monitor->finish_step();
       r.step_ms = ms_since(t0);
       ++v.steps_run;

@@ -31,6 +31,11 @@ struct BurstOptions {
   // already restored; this restores the monitor's chain and health windows.
   std::optional<MonitorState> resume;
   int64_t max_steps = -1;  // stop after this many steps (-1: when the protocol ends)
+  // Check every statistic the moment it is taken and stop the step at the
+  // first non-finite one (a NaN tap ends the step before backward and the
+  // optimizer step). Free on the CPU; on a GPU it costs a host sync per
+  // statistic instead of one per step (see Monitor::set_fail_fast).
+  bool fail_fast = false;
 };
 
 // A burst's state at one step (see state.h), kept on the training device.

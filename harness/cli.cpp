@@ -43,6 +43,7 @@ struct RunArgs {
   std::vector<std::string> sets;
   std::string out = "results";
   bool no_checkpoints = false;
+  bool fail_fast = false;
   bool print_config = false;
 };
 
@@ -90,6 +91,7 @@ int run_verb(const RunArgs& a) {
   const bool tty = ::isatty(STDERR_FILENO);
   BurstOptions options;
   options.keep_states = !a.no_checkpoints;
+  options.fail_fast = a.fail_fast;
   options.on_step = [&](const StepRecord& r) {
     trace_writer.write(r);
     if (tty) {
@@ -333,6 +335,9 @@ void add_harness_verbs(Cli& cli) {
       ->allow_extra_args(false);
   run->add_option("--out", run_args->out, "Folder for results/<run-id>/")->capture_default_str();
   run->add_flag("--no-checkpoints", run_args->no_checkpoints, "Do not keep the last healthy / first bad state");
+  run->add_flag("--fail-fast", run_args->fail_fast,
+                "Stop a step at its first non-finite statistic (before backward / the optimizer step); "
+                "on a GPU a host sync per statistic");
   run->add_flag("--print-config", run_args->print_config, "Print the resolved config (after --set) as JSON and exit");
 
   struct AuditArgs {

@@ -52,7 +52,6 @@ int rank(Outcome o) {
   }
 }
 
-std::string step_text(const std::optional<int64_t>& s) { return s ? "step " + std::to_string(*s) : "none"; }
 
 std::string number_text(double v) {
   if (std::isnan(v)) return "nan";

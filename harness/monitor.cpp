@@ -7,7 +7,7 @@
 #include <cstring>
 #include <tuple>
 
-#include <ATen/Parallel.h>
+#include "scenarios/stats_kernels.h"
 
 namespace spikehunt {
 
@@ -15,69 +15,20 @@ namespace spikehunt {
 
 namespace {
 
-typedef float F32x4 __attribute__((vector_size(16)));
-typedef double F64x4 __attribute__((vector_size(32)));
-
-// {sum of squares, max |x|} of contiguous float32 memory in one pass: squares
-// summed in double lanes (so 1e36s stay finite), NaN propagated through the sum.
-std::pair<double, float> sumsq_max_f32(const float* p, int64_t n) {
-  F64x4 s0 = {0, 0, 0, 0}, s1 = {0, 0, 0, 0};
-  F32x4 m0 = {0, 0, 0, 0}, m1 = {0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    F32x4 a, b;
-    std::memcpy(&a, p + i, sizeof a);
-    std::memcpy(&b, p + i + 4, sizeof b);
-    const F64x4 da = __builtin_convertvector(a, F64x4), db = __builtin_convertvector(b, F64x4);
-    s0 += da * da;
-    s1 += db * db;
-    a = a < 0 ? -a : a;
-    b = b < 0 ? -b : b;
-    m0 = a > m0 ? a : m0;
-    m1 = b > m1 ? b : m1;
-  }
-  double sq = 0;
-  float mx = 0;
-  for (int k = 0; k < 4; ++k) {
-    sq += s0[k] + s1[k];
-    mx = std::max(mx, std::max(m0[k], m1[k]));
-  }
-  for (; i < n; ++i) {
-    const float a = std::fabs(p[i]);
-    mx = a > mx ? a : mx;
-    sq += double(a) * double(a);
-  }
-  return {sq, mx};
-}
-
-// {L2 norm, max |x|}. Large tensors are cut into fixed 64Ki-element chunks
-// summed on LibTorch's intra-op threads and combined in chunk order, so the
-// result does not depend on the thread count.
+// {L2 norm, max |x|}; both NaN if any element is NaN.
 std::pair<double, double> stats_f32(const float* p, int64_t n) {
-  constexpr int64_t kChunk = int64_t{1} << 16;
-  double sq = 0;
-  float mx = 0;
-  if (n < 2 * kChunk) {
-    std::tie(sq, mx) = sumsq_max_f32(p, n);
-  } else {
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    std::vector<std::pair<double, float>> part(size_t(chunks), {0.0, 0.0f});
-    at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c) part[size_t(c)] = sumsq_max_f32(p + c * kChunk, std::min(kChunk, n - c * kChunk));
-    });
-    for (const auto& [s, m] : part) {
-      sq += s;
-      mx = m > mx ? m : mx;
-    }
-  }
-  if (std::isnan(sq)) return {sq, sq};
-  return {std::sqrt(sq), double(mx)};
+  const SumSqMax s = sumsq_max_parallel(p, n);
+  if (std::isnan(s.sumsq)) return {s.sumsq, s.sumsq};
+  return {std::sqrt(s.sumsq), double(s.max)};
 }
+
+bool fused(const torch::Tensor& t) { return t.is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous(); }
 
 }  // namespace
 
 torch::Tensor max_abs_stat(const torch::Tensor& t) {
   if (t.numel() == 0) return torch::zeros({1}, t.options().dtype(torch::kFloat64));
+  if (fused(t)) return torch::full({1}, max_abs_parallel(t.data_ptr<float>(), t.numel()), torch::kFloat64);
   if (t.is_cpu() && t.scalar_type() == torch::kHalf) {
     // LibTorch 1.13 has no aminmax for float16 on the CPU (found by fuzz_monitor).
     return t.detach().abs().max().to(torch::kFloat64).reshape({1});
@@ -89,7 +40,7 @@ torch::Tensor max_abs_stat(const torch::Tensor& t) {
 torch::Tensor tensor_stats(const torch::Tensor& t) {
   torch::Tensor x = t.detach();
   if (x.numel() == 0) return torch::zeros({2}, x.options().dtype(torch::kFloat64));
-  if (x.is_cpu() && x.scalar_type() == torch::kFloat32 && x.is_contiguous()) {
+  if (fused(x)) {
     const auto [norm, max] = stats_f32(x.data_ptr<float>(), x.numel());
     torch::Tensor out = torch::empty({2}, torch::kFloat64);
     out.data_ptr<double>()[0] = norm;
@@ -136,40 +87,58 @@ Monitor::Monitor(Scenario& scenario, const HealthRules& rules)
       phase_names_(scenario.phase_names()),
       judge_(rules) {}
 
-int Monitor::push(torch::Tensor stats) {
+int Monitor::reserve(int n) {
   const int slot = static_cast<int>(values_.size());
-  values_.resize(values_.size() + size_t(stats.numel()), 0.0);
-  if (stats.is_cpu()) {
+  values_.resize(values_.size() + size_t(n), 0.0);
+  return slot;
+}
+
+void Monitor::put(int slot, torch::Tensor stats) {
+  if (stats.is_cpu() || fail_fast_) {
     // Already computed: read it now (no sync on the CPU) and keep no tensor.
     const torch::Tensor d = stats.to(torch::kFloat64).contiguous();
     std::copy(d.data_ptr<double>(), d.data_ptr<double>() + d.numel(), values_.begin() + slot);
   } else {
     device_.push_back({slot, stats.to(torch::kFloat64).reshape({-1})});
   }
-  return slot;
+}
+
+void Monitor::put_stats(int slot, const torch::Tensor& t) {
+  if (fused(t)) {
+    // The fused kernel straight into the host values: no tensor per statistic.
+    const auto [norm, max] = stats_f32(t.data_ptr<float>(), t.numel());
+    values_[size_t(slot)] = norm;
+    values_[size_t(slot) + 1] = max;
+  } else {
+    put(slot, tensor_stats(t));
+  }
 }
 
 int Monitor::push_stats(const torch::Tensor& t) {
-  if (t.is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous()) {
-    // The fused kernel straight into the host values: no tensor per statistic.
-    const auto [norm, max] = stats_f32(t.data_ptr<float>(), t.numel());
-    values_.push_back(norm);
-    values_.push_back(max);
-    return static_cast<int>(values_.size()) - 2;
-  }
-  return push(tensor_stats(t));
+  const int slot = reserve(2);
+  put_stats(slot, t);
+  return slot;
 }
 
 int Monitor::push_max(const torch::Tensor& t) {
-  // Small CPU activations: the fused kernel; large ones: LibTorch's vectorized aminmax.
-  if (t.is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous() && t.numel() < (int64_t{1} << 16)) {
-    values_.push_back(stats_f32(t.data_ptr<float>(), t.numel()).second);
-    return static_cast<int>(values_.size()) - 1;
+  const int slot = reserve(1);
+  if (fused(t)) {
+    values_[size_t(slot)] = max_abs_parallel(t.data_ptr<float>(), t.numel());
+  } else {
+    put(slot, max_abs_stat(t));
   }
-  return push(max_abs_stat(t));
+  return slot;
 }
 
-int Monitor::push_scalar(torch::Tensor scalar) { return push(scalar.reshape({1})); }
+int Monitor::push_scalar(torch::Tensor scalar) {
+  const int slot = reserve(1);
+  if (scalar.is_cpu()) {
+    values_[size_t(slot)] = scalar.item<double>();  // no tensor ops for one number
+  } else {
+    put(slot, scalar.reshape({1}));
+  }
+  return slot;
+}
 
 void Monitor::check(Stage stage, std::string name, const torch::Tensor& t, int slot) {
   Check c{stage, std::move(name), {}, slot, t.numel(), std::nullopt};
@@ -181,6 +150,8 @@ void Monitor::check(Stage stage, std::string name, const torch::Tensor& t, int s
     c.tensor = t.detach();  // read after the step's one host copy
   }
   checks_.push_back(std::move(c));
+  // Fail fast: the value is on the host already (put() copied it at once).
+  if (fail_fast_ && !std::isfinite(values_[size_t(slot)])) throw FailFast{};
 }
 
 void Monitor::restore(const MonitorState& s) {
@@ -227,6 +198,14 @@ void Monitor::on_tap(const char* name, const torch::Tensor& t) {
   check(Stage::kForward, name, t, slot);
 }
 
+void Monitor::on_tap_max(const char* name, const torch::Tensor& t, double max_abs) {
+  if (!t.is_cpu()) return on_tap(name, t);  // a device value would need a host copy now
+  const int slot = reserve(1);
+  values_[size_t(slot)] = max_abs;
+  taps_.emplace_back(name, slot);
+  check(Stage::kForward, name, t, slot);
+}
+
 void Monitor::after_loss(const torch::Tensor& loss) {
   torch::NoGradGuard no_grad;
   loss_slot_ = push_scalar(loss.detach());
@@ -257,18 +236,37 @@ void Monitor::after_backward() {
 
 StepRecord Monitor::finish_step() {
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    layers_[i].after = push_stats(params_[i].tensor);
-    check(Stage::kOptimizerStep, params_[i].name, params_[i].tensor, layers_[i].after);
-  }
+  // Nothing is left to cut short: the step's one host copy reads the rest.
+  struct Restore {
+    bool& flag;
+    bool was;
+    ~Restore() { flag = was; }
+  } restore_fail_fast{fail_fast_, fail_fast_};
+  fail_fast_ = false;
+  // Slots and checks in the canonical order (each parameter, then the state
+  // tensors, in parameter order), which is the order a fault is localized in;
+  // the statistics themselves from the last layer the optimizer updated to the
+  // first, while its memory is most likely still in cache.
+  const std::vector<NamedTensor> state = scenario_.optimizer_state();
+  std::vector<int> state_slot;                                  // per state tensor, in order
+  std::vector<std::vector<size_t>> layer_state(params_.size());  // indices into state
+  for (size_t i = 0; i < params_.size(); ++i) layers_[i].after = reserve(2);
   size_t p = 0;  // state tensors are named "<param>.<buffer>", in parameter order
-  for (const NamedTensor& s : scenario_.optimizer_state()) {
+  for (const NamedTensor& s : state) {
     while (p < params_.size() && s.name.compare(0, params_[p].name.size() + 1, params_[p].name + ".") != 0) ++p;
     if (p == params_.size()) break;
-    const int slot = push_stats(s.tensor);
-    layers_[p].state.push_back(slot);
-    check(Stage::kOptimizerStep, s.name, s.tensor, slot);
+    state_slot.push_back(reserve(2));
+    layers_[p].state.push_back(state_slot.back());
+    layer_state[p].push_back(state_slot.size() - 1);
   }
+  for (size_t i = params_.size(); i-- > 0;) {
+    for (size_t j : layer_state[i]) put_stats(state_slot[j], state[j].tensor);
+    put_stats(layers_[i].after, params_[i].tensor);
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    check(Stage::kOptimizerStep, params_[i].name, params_[i].tensor, layers_[i].after);
+  }
+  for (size_t j = 0; j < state_slot.size(); ++j) check(Stage::kOptimizerStep, state[j].name, state[j].tensor, state_slot[j]);
 
   // The one host copy of the step.
   if (!device_.empty()) {  // the one host copy of the step
@@ -280,6 +278,9 @@ StepRecord Monitor::finish_step() {
       std::copy(h, h + stats.numel(), values_.begin() + slot);
       h += stats.numel();
     }
+  }
+  for (LayerSlots& l : layers_) {
+    if (l.before < 0) l.before = l.after;  // cut short before the optimizer step: unchanged
   }
   const double* v = values_.data();
   auto at = [&](int slot) { return slot < 0 ? 0.0 : v[slot]; };

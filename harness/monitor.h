@@ -61,9 +61,17 @@ class Monitor : public TapSink {
   Tap tap() { return Tap(this); }
   void begin_step(const Batch& batch);
   void on_tap(const char* name, const torch::Tensor& t) override;
+  void on_tap_max(const char* name, const torch::Tensor& t, double max_abs) override;
   void after_loss(const torch::Tensor& loss);
   void after_backward();     // gradients, and the parameters before the step
   StepRecord finish_step();  // after the optimizer step; the one host copy
+
+  // Fail fast: each statistic is read the moment it is taken (a host sync per
+  // statistic on a GPU) and the first non-finite one throws FailFast from the
+  // tap, loss or backward hook that took it; finish_step() then records the
+  // cut-short step with its fault as usual.
+  void set_fail_fast(bool on) { fail_fast_ = on; }
+  struct FailFast {};
 
   const Hash128& hash_chain() const { return chain_; }
   // The chain and health windows between steps; restore() continues a burst
@@ -90,7 +98,9 @@ class Monitor : public TapSink {
   int push_stats(const torch::Tensor& t);
   int push_max(const torch::Tensor& t);   // max |x|; returns its slot
   int push_scalar(torch::Tensor scalar);  // a 0-dim tensor
-  int push(torch::Tensor stats);          // a small tensor of statistics
+  int reserve(int n);                     // n slots, filled later by put / put_stats
+  void put(int slot, torch::Tensor stats);              // a small tensor of statistics
+  void put_stats(int slot, const torch::Tensor& t);     // t's {norm, max |x|}
   // Registers t, whose statistic was just pushed at `slot`, for fault localization.
   void check(Stage stage, std::string name, const torch::Tensor& t, int slot);
 
@@ -107,6 +117,7 @@ class Monitor : public TapSink {
   std::vector<LayerSlots> layers_;
   std::vector<std::pair<std::string, int>> taps_;
   int loss_slot_ = -1, input_slot_ = -1;
+  bool fail_fast_ = false;
   // Each parameter's statistics after the last step: reused as "before" the
   // next one when the tensor is untouched (same storage, same version counter).
   struct AfterCache {

@@ -1,5 +1,7 @@
 #include "scenarios/models.h"
 
+#include "scenarios/stats_kernels.h"
+
 namespace spikehunt {
 
 torch::Tensor activate(const ActivationConfig& a, const torch::Tensor& x) {
@@ -13,6 +15,44 @@ torch::Tensor activate(const ActivationConfig& a, const torch::Tensor& x) {
   return x;
 }
 
+namespace {
+
+// LibTorch's leaky_relu with its own backward; the forward writes the output
+// and its max |x| in one pass.
+struct LeakyReluMax : torch::autograd::Function<LeakyReluMax> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, double slope,
+                               float* max_abs) {
+    torch::Tensor out = torch::empty_like(x, torch::MemoryFormat::Contiguous);
+    // LibTorch applies the slope as a float32 scalar for float32 tensors.
+    *max_abs = leaky_relu_max_abs_parallel(x.data_ptr<float>(), out.data_ptr<float>(), x.numel(), float(slope));
+    ctx->save_for_backward({x});
+    ctx->saved_data["slope"] = slope;
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const torch::Tensor x = ctx->get_saved_variables()[0];
+    // What autograd runs for torch::leaky_relu (derivatives.yaml).
+    return {torch::leaky_relu_backward(grad[0], x, ctx->saved_data["slope"].toDouble(), false), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor activate(const ActivationConfig& a, const torch::Tensor& x, const Tap& tap, const char* name) {
+  if (tap.on() && a.kind == ActivationKind::kLeakyRelu && x.is_cpu() && x.scalar_type() == torch::kFloat32 &&
+      x.is_contiguous()) {
+    float max_abs = 0;
+    torch::Tensor h = LeakyReluMax::apply(x, a.slope, &max_abs);
+    tap(name, h, max_abs);
+    return h;
+  }
+  torch::Tensor h = activate(a, x);
+  tap(name, h);
+  return h;
+}
+
 // ---- simple_cnn ----
 
 SimpleCnn::SimpleCnn(ActivationConfig activation) : activation_(activation) {
@@ -24,14 +64,11 @@ SimpleCnn::SimpleCnn(ActivationConfig activation) : activation_(activation) {
 }
 
 torch::Tensor SimpleCnn::forward(const torch::Tensor& x, const Tap& tap) {
-  torch::Tensor h = activate(activation_, conv1_->forward(x));  // (B, 32, 28, 28)
-  tap("conv1_act", h);
+  torch::Tensor h = activate(activation_, conv1_->forward(x), tap, "conv1_act");  // (B, 32, 28, 28)
   h = torch::max_pool2d(h, 2);
-  h = activate(activation_, conv2_->forward(h));  // (B, 64, 14, 14)
-  tap("conv2_act", h);
-  h = torch::max_pool2d(h, 2).flatten(1);  // (B, 3136)
-  h = activate(activation_, fc1_->forward(h));  // (B, 128)
-  tap("fc1_act", h);
+  h = activate(activation_, conv2_->forward(h), tap, "conv2_act");  // (B, 64, 14, 14)
+  h = torch::max_pool2d(h, 2).flatten(1);                          // (B, 3136)
+  h = activate(activation_, fc1_->forward(h), tap, "fc1_act");      // (B, 128)
   torch::Tensor logits = fc2_->forward(h);  // (B, 10)
   tap("fc2_logits", logits);
   return logits;
@@ -58,8 +95,7 @@ Mlp::Mlp(ActivationConfig activation, int64_t depth, int64_t width) : activation
 torch::Tensor Mlp::forward(const torch::Tensor& x, const Tap& tap) {
   torch::Tensor h = x.flatten(1);
   for (size_t i = 0; i < hidden_.size(); ++i) {
-    h = activate(activation_, hidden_[i]->forward(h));
-    tap(tap_names_[i].c_str(), h);
+    h = activate(activation_, hidden_[i]->forward(h), tap, tap_names_[i].c_str());
   }
   torch::Tensor logits = out_->forward(h);
   tap(tap_names_.back().c_str(), logits);

@@ -16,6 +16,10 @@
 namespace spikehunt {
 
 torch::Tensor activate(const ActivationConfig& a, const torch::Tensor& x);
+// activate(a, x), tapped as `name`. A leaky ReLU on a contiguous float32 CPU
+// tensor is computed by one kernel that also takes the output's max |x| (bit
+// for bit LibTorch's result and gradient), so the tap reads nothing again.
+torch::Tensor activate(const ActivationConfig& a, const torch::Tensor& x, const Tap& tap, const char* name);
 
 class TappedModel : public torch::nn::Module {
  public:

@@ -27,6 +27,9 @@ class TapSink {
  public:
   virtual ~TapSink() = default;
   virtual void on_tap(const char* name, const torch::Tensor& t) = 0;
+  // t's max |x| was taken while t was written (a fused activation): a sink
+  // may keep it instead of reading t again. The default reads t.
+  virtual void on_tap_max(const char* name, const torch::Tensor& t, double max_abs) { on_tap(name, t); }
 };
 
 class Tap {
@@ -35,6 +38,9 @@ class Tap {
   explicit Tap(TapSink* sink) : sink_(sink) {}
   void operator()(const char* name, const torch::Tensor& t) const {
     if (sink_ != nullptr) sink_->on_tap(name, t);
+  }
+  void operator()(const char* name, const torch::Tensor& t, double max_abs) const {
+    if (sink_ != nullptr) sink_->on_tap_max(name, t, max_abs);
   }
   bool on() const { return sink_ != nullptr; }
 

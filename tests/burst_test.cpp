@@ -59,6 +59,49 @@ TEST(Models, EveryActivationRuns) {
   EXPECT_TRUE(torch::allclose(activate({ActivationKind::kLeakyRelu, 0.25}, x), torch::tensor({-0.5f, 3.0f})));
 }
 
+// Same bits, -0, NaN payloads and all.
+bool same_bits(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.sizes() == b.sizes() && torch::equal(a.contiguous().view(torch::kInt32), b.contiguous().view(torch::kInt32));
+}
+
+TEST(Models, FusedLeakyReluIsLibTorchsBitForBitAndTapsItsMax) {
+  struct MaxSink : TapSink {
+    double max = -1;
+    bool fused = false;
+    void on_tap(const char*, const torch::Tensor& t) override { max = t.abs().max().item<double>(); }
+    void on_tap_max(const char*, const torch::Tensor&, double m) override { max = m, fused = true; }
+  };
+  torch::manual_seed(5);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (double slope : {0.01, 0.2, 1e-7}) {
+    for (const char* plant : {"finite", "inf", "nan"}) {
+      torch::Tensor x = torch::randn({3, 70001}) * 10;  // two threads' chunks and a ragged end
+      x[0][0] = -0.0f, x[0][1] = 1e-40f, x[0][2] = -1e-40f;
+      if (plant == std::string("inf")) x[1][3] = kInf, x[2][70000] = -kInf;
+      if (plant == std::string("nan")) x[1][5] = std::nanf(""), x[2][7] = -kInf;
+      const torch::Tensor a = x.clone().requires_grad_(), b = x.clone().requires_grad_();
+      MaxSink sink;
+      const torch::Tensor fused = activate(ActivationConfig{ActivationKind::kLeakyRelu, slope}, a, Tap(&sink), "t");
+      const torch::Tensor ref = torch::leaky_relu(b, slope);
+      ASSERT_TRUE(sink.fused);
+      EXPECT_TRUE(same_bits(fused, ref)) << "slope " << slope << ", " << plant;
+      const double want = plant == std::string("nan") ? NAN : ref.detach().abs().max().item<double>();
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(sink.max)) << plant;
+      } else {
+        EXPECT_EQ(sink.max, want) << "slope " << slope << ", " << plant;
+      }
+      const torch::Tensor g = torch::randn(x.sizes());
+      fused.backward(g);
+      ref.backward(g);
+      EXPECT_TRUE(same_bits(a.grad(), b.grad())) << "slope " << slope << ", " << plant;
+    }
+  }
+  // Off the fused path (no tap) it is plain LibTorch.
+  const torch::Tensor x = torch::randn({100});
+  EXPECT_TRUE(same_bits(activate({ActivationKind::kLeakyRelu, 0.01}, x, Tap(), "t"), torch::leaky_relu(x, 0.01)));
+}
+
 TEST(Burst, DefaultConfigGoesExtremeBeforeNonFiniteAndNamesTheTensor) {
   const BurstResult r = run_config(default_config(), BurstOptions{});
   const Verdict& v = r.verdict;

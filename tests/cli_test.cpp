@@ -69,11 +69,18 @@ TEST(Cli, DefaultRunTellsTheWholeStoryAndWritesItsResults) {
   }
   EXPECT_EQ(lines, verdict["steps_run"].get<int64_t>());
   EXPECT_EQ(verdict["failure_step"].get<int64_t>(), lines - 1);
-  // The run's config replays to the same hash chain.
+  // The run's config replays to the same hash chain, and fail-fast names the same fault.
   TempDir again;
-  const auto r2 = run_spikehunt("run --config " + dir + "/config.json --no-checkpoints --out " + again.path());
+  const auto r2 =
+      run_spikehunt("run --config " + dir + "/config.json --no-checkpoints --fail-fast --out " + again.path());
   EXPECT_EQ(r2.exit_code, 1);
   EXPECT_TRUE(has(r2.output, "hash chain " + verdict["hash_chain"].get<std::string>())) << r2.output;
+  auto fault_line = [](const std::string& out) {
+    const size_t at = out.find("fault      ");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  EXPECT_FALSE(fault_line(r.output).empty());
+  EXPECT_EQ(fault_line(r2.output), fault_line(r.output));
 }
 
 TEST(Cli, HealthyControlExitsZero) {

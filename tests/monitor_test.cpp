@@ -158,9 +158,11 @@ TEST(TensorStats, HalfAndBFloat16MatchTheReference) {
 
 // ---- localization ----
 
-BurstResult run_planted(Plant plant, int64_t at) {
+BurstResult run_planted(Plant plant, int64_t at, bool fail_fast = false) {
   PlantedScenario s(plant, at, /*steps=*/10);
-  return run_burst(s, HealthRules{}, BurstOptions{});
+  BurstOptions o;
+  o.fail_fast = fail_fast;
+  return run_burst(s, HealthRules{}, o);
 }
 
 TEST(Localization, NaNInAForwardTap) {
@@ -202,6 +204,32 @@ TEST(Localization, OptimizerStepThatOverflows) {
   ASSERT_NE(bad, nullptr);
   EXPECT_TRUE(std::isfinite(bad->grad_norm)) << "the gradients were finite";
   EXPECT_TRUE(std::isfinite(bad->param_norm_before));
+}
+
+TEST(Localization, FailFastNamesTheSameTensorAndStopsTheStepThere) {
+  for (const auto& [plant, at] : {std::pair{Plant::kForwardNaN, 3}, std::pair{Plant::kLogZeroLoss, 2},
+                                  std::pair{Plant::kSqrtZeroGrad, 4}, std::pair{Plant::kOverflowStep, 5}}) {
+    const BurstResult normal = run_planted(plant, at);
+    const BurstResult fast = run_planted(plant, at, /*fail_fast=*/true);
+    ASSERT_TRUE(normal.verdict.fault && fast.verdict.fault);
+    EXPECT_EQ(fast.verdict.failure_step, normal.verdict.failure_step);
+    EXPECT_EQ(fast.verdict.fault->tensor, normal.verdict.fault->tensor);
+    EXPECT_EQ(fast.verdict.fault->stage, normal.verdict.fault->stage);
+    EXPECT_EQ(fast.verdict.fault->nan, normal.verdict.fault->nan);
+    EXPECT_EQ(fast.verdict.fault->pos_inf + fast.verdict.fault->neg_inf,
+              normal.verdict.fault->pos_inf + normal.verdict.fault->neg_inf);
+    const StepRecord* n = normal.trace.find(at);
+    const StepRecord* f = fast.trace.find(at);
+    ASSERT_TRUE(n && f);
+    if (fast.verdict.fault->stage == Stage::kOptimizerStep) continue;  // nothing left to cut
+    // Cut short before the optimizer step: the parameters did not move.
+    EXPECT_EQ(f->param_norm_after, f->param_norm_before) << fast.verdict.fault->tensor;
+    EXPECT_NE(n->param_norm_after, n->param_norm_before) << fast.verdict.fault->tensor;
+    if (fast.verdict.fault->stage != Stage::kBackward) {
+      EXPECT_EQ(f->grad_norm, 0.0) << "no backward pass after a non-finite " << fast.verdict.fault->tensor;
+      EXPECT_FALSE(std::isfinite(n->grad_norm)) << "the normal step backpropagated the non-finite value";
+    }
+  }
 }
 
 TEST(Localization, ThrowingTrainingCodeIsACrashVerdict) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Side by side on this machine, same thread count, same LibTorch build:
 # PyTorch's Python API (plain, a hook-based monitor, detect_anomaly) and
-# spikehunt (plain, monitored), one simple_cnn training step at batch 64.
+# spikehunt (plain, monitored, monitored with fail-fast checks), one
+# simple_cnn training step at batch 64.
 # Prints one table of median ms per step and ratios to PyTorch plain.
 # Usage: bench/peer/run.sh [THREADS]      (default 2; builds if needed)
 set -euo pipefail
@@ -36,12 +37,14 @@ for k in ("plain_ms", "monitored_ms", "anomaly_ms"):
     py[k] = med(p[k] for p in pys)
 plain = med(grab(c, "plain") for c in ccs)
 watched = med(grab(c, "monitored") for c in ccs)
+fast = med(grab(c, "fail-fast") for c in ccs)
 cc = ccs[0].strip()
 rows = [("PyTorch (Python)", "plain", py["plain_ms"]),
         ("PyTorch (Python)", "hook-based monitor", py["monitored_ms"]),
         ("PyTorch (Python)", "detect_anomaly", py["anomaly_ms"]),
         ("spikehunt (C++)", "plain", plain),
-        ("spikehunt (C++)", "monitored", watched)]
+        ("spikehunt (C++)", "monitored", watched),
+        ("spikehunt (C++)", "monitored, fail-fast", fast)]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
 print(f"simple_cnn training step, batch 64, {threads} thread(s); {datetime.date.today()}; {cpu}; "
       f"median of {len(pys)} alternating rounds")
@@ -52,5 +55,6 @@ for who, mode, t in rows:
     print(f"{who:18} {mode:27} {t:8.2f} {t / py['plain_ms']:16.2f}")
 ratios = [grab(c, "monitored") / grab(c, "plain") for c in ccs]
 print(f"spikehunt monitored / spikehunt plain = {watched / plain:.3f} (per round: {', '.join(f'{r:.3f}' for r in ratios)}); "
+      f"fail-fast / plain = {fast / plain:.3f}; "
       f"PyTorch anomaly / PyTorch plain = {py['anomaly_ms'] / py['plain_ms']:.2f}")
 PY

@@ -1,0 +1,46 @@
+// stats_kernels.h — the monitor's float32 statistics over contiguous memory:
+// {sum of squares, max |x|} and max |x| alone.
+//
+// Each kernel is one body compiled three times (x86-64 baseline, AVX2,
+// AVX-512) and picked once at run time for the CPU. Every variant does the
+// same arithmetic in the same lanes (16 double accumulators of exact float
+// squares, summed in a fixed order), so the result is bit-identical whichever
+// variant runs: a repro replayed on another x86-64 machine sees the same
+// norms. Example:
+//   const SumSqMax s = sumsq_max(p, n);  // s.sumsq is NaN iff any element is NaN
+//   const float m = max_abs(p, n);       // NaN iff any element is NaN
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace spikehunt {
+
+struct SumSqMax {
+  double sumsq = 0;  // in double: squares of float32 never overflow it; NaN if any NaN
+  float max = 0;     // max |x| over the non-NaN elements (+Inf if any ±Inf)
+};
+
+enum class Isa { kBaseline, kAvx2, kAvx512 };
+const char* isa_name(Isa isa);
+Isa best_isa();                     // the widest variant this CPU runs
+std::vector<Isa> supported_isas();  // every variant this CPU runs, baseline first
+
+SumSqMax sumsq_max(const float* p, int64_t n, Isa isa);
+float max_abs(const float* p, int64_t n, Isa isa);  // NaN if any element is NaN
+// out[i] = x[i] > 0 ? x[i] : x[i] * slope — bit for bit LibTorch's leaky_relu —
+// returning max |out| (NaN if any NaN) from the same pass: a tapped
+// activation costs no second read of its output.
+float leaky_relu_max_abs(const float* x, float* out, int64_t n, float slope, Isa isa);
+inline SumSqMax sumsq_max(const float* p, int64_t n) { return sumsq_max(p, n, best_isa()); }
+inline float max_abs(const float* p, int64_t n) { return max_abs(p, n, best_isa()); }
+
+SumSqMax sumsq_max_parallel(const float* p, int64_t n);
+float max_abs_parallel(const float* p, int64_t n);
+float leaky_relu_max_abs_parallel(const float* x, float* out, int64_t n, float slope);
+// How many intra-op threads the *_parallel forms use for n elements (tests:
+// this file must be built with OpenMP or at::parallel_for runs serially).
+int parallel_threads_used(int64_t n);
+
+}  // namespace spikehunt
