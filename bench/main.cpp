@@ -44,6 +44,9 @@ class RatioReporter : public benchmark::ConsoleReporter {
     for (const Run& r : runs) {
       if (r.run_type == Run::RT_Iteration && !r.error_occurred) {
         times_[r.benchmark_name()].push_back(r.GetAdjustedRealTime());
+        for (const auto& [name, counter] : r.counters) {
+          if (name.find('/') != std::string::npos) ratios_[name].push_back(counter.value);  // a ratio counter
+        }
       }
     }
     ConsoleReporter::ReportRuns(runs);
@@ -51,19 +54,23 @@ class RatioReporter : public benchmark::ConsoleReporter {
   void Finalize() override {
     ConsoleReporter::Finalize();
     for (const Ratio& r : kRatios) {
-      const double a = median(r.numerator), b = median(r.denominator);
+      const double a = median(times_[r.numerator]), b = median(times_[r.denominator]);
       if (a > 0 && b > 0) std::printf(r.text, a, b, a / b);
+    }
+    for (const auto& [name, values] : ratios_) {
+      std::printf("simple_cnn step, interleaved step by step: %s = %.3f (median of %zu)\n", name.c_str(),
+                  median(values), values.size());
     }
   }
 
  private:
-  double median(const std::string& name) {
-    std::vector<double> v = times_[name];
+  static double median(std::vector<double> v) {
     if (v.empty()) return 0;
     std::sort(v.begin(), v.end());
     return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
   }
   std::map<std::string, std::vector<double>> times_;
+  std::map<std::string, std::vector<double>> ratios_;  // counters named like "monitored/plain"
 };
 
 }  // namespace

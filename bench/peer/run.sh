@@ -17,7 +17,7 @@ rounds=${ROUNDS:-3}
 pys=() ccs=()
 for ((r = 0; r < rounds; ++r)); do
   pys+=("$(/usr/bin/python3 "$root/bench/peer/peer.py" --threads "$threads" --repeats 5 2> /dev/null)")
-  ccs+=("$(SPIKEHUNT_BENCH_THREADS=$threads "$bench" --benchmark_filter='BM_CnnStep/' --benchmark_repetitions=5 \
+  ccs+=("$(SPIKEHUNT_BENCH_THREADS=$threads "$bench" --benchmark_filter='BM_CnnStep' --benchmark_repetitions=5 \
            --benchmark_min_time=1 --benchmark_enable_random_interleaving=true 2> /dev/null)")
 done
 py=$(printf '%s\n' "${pys[@]}")
@@ -54,7 +54,14 @@ print(f"{'':18} {'mode':27} {'ms/step':>8} {'x PyTorch plain':>16}")
 for who, mode, t in rows:
     print(f"{who:18} {mode:27} {t:8.2f} {t / py['plain_ms']:16.2f}")
 ratios = [grab(c, "monitored") / grab(c, "plain") for c in ccs]
+def interleaved(text, name):
+    m = re.search("interleaved step by step: " + name + r" = ([\d.]+)", text)
+    return float(m.group(1)) if m else float("nan")
+inter = med(interleaved(c, "monitored/plain") for c in ccs)
+inter_fast = med(interleaved(c, "fail-fast/plain") for c in ccs)
 print(f"spikehunt monitored / spikehunt plain = {watched / plain:.3f} (per round: {', '.join(f'{r:.3f}' for r in ratios)}); "
       f"fail-fast / plain = {fast / plain:.3f}; "
       f"PyTorch anomaly / PyTorch plain = {py['anomaly_ms'] / py['plain_ms']:.2f}")
+print(f"spikehunt, the three modes interleaved step by step (BM_CnnStepInterleaved): monitored / plain = {inter:.3f}, "
+      f"fail-fast / plain = {inter_fast:.3f}")
 PY
