@@ -2,10 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-
-#include <cstring>
-#include <tuple>
 
 #include "scenarios/stats_kernels.h"
 
