@@ -9,10 +9,6 @@
 // -fopenmp (see CMakeLists.txt); without it at::parallel_for runs serially.
 #include <ATen/Parallel.h>
 
-// The vector helpers are always inlined into one variant's code; their
-// by-value vector ABI never crosses a call.
-#pragma GCC diagnostic ignored "-Wpsabi"
-
 namespace spikehunt {
 namespace {
 
