@@ -204,31 +204,26 @@ std::vector<Isa> supported_isas() {
   return out;
 }
 
+namespace {
+
+// The variant of a kernel for isa.
+template <class Fn>
+Fn variant(Isa isa, Fn baseline, Fn avx2, Fn avx512) {
+  return isa == Isa::kAvx512 ? avx512 : isa == Isa::kAvx2 ? avx2 : baseline;
+}
+
+}  // namespace
+
 SumSqMax sumsq_max(const float* p, int64_t n, Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512: return sumsq_max_avx512(p, n);
-    case Isa::kAvx2: return sumsq_max_avx2(p, n);
-    case Isa::kBaseline: break;
-  }
-  return sumsq_max_baseline(p, n);
+  return variant(isa, sumsq_max_baseline, sumsq_max_avx2, sumsq_max_avx512)(p, n);
 }
 
 float max_abs(const float* p, int64_t n, Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512: return max_abs_avx512(p, n);
-    case Isa::kAvx2: return max_abs_avx2(p, n);
-    case Isa::kBaseline: break;
-  }
-  return max_abs_baseline(p, n);
+  return variant(isa, max_abs_baseline, max_abs_avx2, max_abs_avx512)(p, n);
 }
 
 float leaky_relu_max_abs(const float* x, float* out, int64_t n, float slope, Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512: return leaky_relu_avx512(x, out, n, slope);
-    case Isa::kAvx2: return leaky_relu_avx2(x, out, n, slope);
-    case Isa::kBaseline: break;
-  }
-  return leaky_relu_baseline(x, out, n, slope);
+  return variant(isa, leaky_relu_baseline, leaky_relu_avx2, leaky_relu_avx512)(x, out, n, slope);
 }
 
 namespace {
@@ -242,12 +237,16 @@ R chunked(int64_t n, Kernel kernel, Combine combine) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<R> part(static_cast<size_t>(chunks));
   at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+    // Each thread's last chunk first: the tail of its share of a tensor just
+    // written by an equally split LibTorch op is the part still in its cache.
     for (int64_t c = end; c-- > begin;) part[size_t(c)] = kernel(c * kChunk, std::min(kChunk, n - c * kChunk));
   });
   R r = part[0];
   for (size_t c = 1; c < part.size(); ++c) r = combine(r, part[c]);
   return r;
 }
+
+float max_keeping_nan(float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
 
 }  // namespace
 
@@ -262,14 +261,14 @@ float max_abs_parallel(const float* p, int64_t n) {
   const Isa isa = best_isa();
   return chunked<float>(
       n, [=](int64_t offset, int64_t count) { return max_abs(p + offset, count, isa); },
-      [](float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); });
+      max_keeping_nan);
 }
 
 float leaky_relu_max_abs_parallel(const float* x, float* out, int64_t n, float slope) {
   const Isa isa = best_isa();
   return chunked<float>(
       n, [=](int64_t offset, int64_t count) { return leaky_relu_max_abs(x + offset, out + offset, count, slope, isa); },
-      [](float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); });
+      max_keeping_nan);
 }
 
 int parallel_threads_used(int64_t n) {
