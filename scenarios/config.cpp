@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -26,13 +27,8 @@ constexpr std::array<OptimizerKind, 3> kOptimizerKinds = {OptimizerKind::kSgd, O
 constexpr std::array<DatasetKind, 2> kDatasetKinds = {DatasetKind::kSynthetic, DatasetKind::kIdx};
 constexpr std::array<DeviceKind, 2> kDeviceKinds = {DeviceKind::kCpu, DeviceKind::kCuda};
 constexpr std::array<StopAt, 2> kStopAts = {StopAt::kNonFinite, StopAt::kExtreme};
-
-template <class E, size_t N>
-std::string names_of(const std::array<E, N>& values) {
-  std::string s;
-  for (E v : values) s += (s.empty() ? "" : " | ") + std::string(to_string(v));
-  return s;
-}
+constexpr std::array<ScheduleKind, 4> kScheduleKinds = {ScheduleKind::kConstant, ScheduleKind::kLinear,
+                                                        ScheduleKind::kCosine, ScheduleKind::kStep};
 
 }  // namespace
 
@@ -60,6 +56,27 @@ const char* to_string(DatasetKind k) { return k == DatasetKind::kSynthetic ? "sy
 const char* to_string(DeviceKind k) { return k == DeviceKind::kCpu ? "cpu" : "cuda"; }
 const char* to_string(StopAt k) { return k == StopAt::kNonFinite ? "non_finite" : "extreme"; }
 
+const char* to_string(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::kConstant: return "constant";
+    case ScheduleKind::kLinear: return "linear";
+    case ScheduleKind::kCosine: return "cosine";
+    case ScheduleKind::kStep: return "step";
+  }
+  return "?";
+}
+
+const char* to_string(ParamType t) {
+  switch (t) {
+    case ParamType::kNumber: return "number";
+    case ParamType::kInteger: return "integer";
+    case ParamType::kBoolean: return "boolean";
+    case ParamType::kString: return "string";
+    case ParamType::kList: return "list";
+  }
+  return "?";
+}
+
 namespace {
 
 std::vector<std::string>& mutable_scenario_names() {
@@ -81,57 +98,123 @@ const std::vector<std::string>& model_kinds() {
   return kinds;
 }
 
-// ---- JSON out ----
+// ---- params ----
 
-json config_to_json(const TrainingConfig& c) {
-  const HealthRules& h = c.health;
-  return json{
-      {"name", c.name},
-      {"scenario", c.scenario},
-      {"model", {{"kind", c.model.kind}, {"mlp_depth", c.model.mlp_depth},
-                 {"mlp_width", c.model.mlp_width}}},
-      {"activation", {{"kind", to_string(c.activation.kind)}, {"slope", c.activation.slope}}},
-      {"optimizer",
-       {{"kind", to_string(c.optimizer.kind)},
-        {"lr", c.optimizer.lr},
-        {"momentum", c.optimizer.momentum},
-        {"nesterov", c.optimizer.nesterov},
-        {"weight_decay", c.optimizer.weight_decay},
-        {"betas", c.optimizer.betas},
-        {"eps", c.optimizer.eps}}},
-      {"protocol",
-       {{"domains", c.protocol.domains},
-        {"task_order", c.protocol.task_order},
-        {"epochs_per_phase", c.protocol.epochs_per_phase},
-        {"relaxation_epochs", c.protocol.relaxation_epochs}}},
-      {"dataset",
-       {{"kind", to_string(c.dataset.kind)},
-        {"path", c.dataset.path},
-        {"synthetic_train_per_class", c.dataset.synthetic_train_per_class},
-        {"synthetic_test_per_class", c.dataset.synthetic_test_per_class}}},
-      {"health",
-       {{"window", h.window},
-        {"spike_z", h.spike_z},
-        {"loss_limit", h.loss_limit},
-        {"grad_norm_limit", h.grad_norm_limit},
-        {"max_grad_limit", h.max_grad_limit},
-        {"activation_limit", h.activation_limit},
-        {"optimizer_state_limit", h.optimizer_state_limit},
-        {"param_jump_limit", h.param_jump_limit},
-        {"loss_spike_floor", h.loss_spike_floor},
-        {"grad_norm_spike_floor", h.grad_norm_spike_floor},
-        {"activation_spike_floor", h.activation_spike_floor},
-        {"stop_at", to_string(h.stop_at)}}},
-      {"seed", c.seed},
-      {"batch_size", c.batch_size},
-      {"max_batches_per_epoch", c.max_batches_per_epoch},
-      {"grad_clip", c.grad_clip},
-      {"device", to_string(c.device)},
-      {"threads", c.threads},
-  };
+namespace {
+
+std::map<std::string, std::vector<ParamSpec>>& param_registry() {
+  static std::map<std::string, std::vector<ParamSpec>> specs;
+  return specs;
 }
 
-// ---- JSON in ----
+const char* kParamsFile = "config";
+
+}  // namespace
+
+void declare_params(const std::string& scenario, std::vector<ParamSpec> specs) {
+  std::set<std::string> seen;
+  for (const ParamSpec& s : specs) {
+    if (s.name.empty() || s.name.find('.') != std::string::npos || !seen.insert(s.name).second) {
+      throw std::invalid_argument("declare_params(\"" + scenario + "\"): parameter name \"" + s.name +
+                                  "\" is empty, has a dot or is declared twice");
+    }
+  }
+  if (specs.empty()) param_registry().erase(scenario);  // undeclared: any params, as they are
+  else param_registry()[scenario] = std::move(specs);
+}
+
+const std::vector<ParamSpec>* declared_params(const std::string& scenario) {
+  const auto& r = param_registry();
+  const auto it = r.find(scenario);
+  return it == r.end() ? nullptr : &it->second;
+}
+
+const json& Params::at(const std::string& name) const {
+  const auto it = values_.find(name);
+  if (it == values_.end()) {
+    throw InputError(kParamsFile, "params." + name, "", "is not set",
+                     "set it in the config (\"params\": {\"" + name +
+                         "\": ...}) or declare it with a default when registering the scenario");
+  }
+  return *it;
+}
+
+namespace {
+
+[[noreturn]] void wrong_type(const std::string& name, const json& v, const char* message) {
+  throw InputError(kParamsFile, "params." + name, v.dump(-1, ' ', false, json::error_handler_t::replace), message);
+}
+
+}  // namespace
+
+double Params::number(const std::string& name) const {
+  const json& v = at(name);
+  if (!v.is_number()) wrong_type(name, v, "must be a number");
+  return v.get<double>();
+}
+
+int64_t Params::integer(const std::string& name) const {
+  const json& v = at(name);
+  if (v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))) {
+    return v.get<int64_t>();
+  }
+  if (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) && std::fabs(v.get<double>()) < 9.2e18) {
+    return static_cast<int64_t>(v.get<double>());
+  }
+  wrong_type(name, v, "must be an integer");
+}
+
+bool Params::boolean(const std::string& name) const {
+  const json& v = at(name);
+  if (!v.is_boolean()) wrong_type(name, v, "must be true or false");
+  return v.get<bool>();
+}
+
+std::string Params::string(const std::string& name) const {
+  const json& v = at(name);
+  if (!v.is_string()) wrong_type(name, v, "must be a string");
+  return v.get<std::string>();
+}
+
+std::vector<double> Params::numbers(const std::string& name) const {
+  const json& v = at(name);
+  std::vector<double> out;
+  if (v.is_array()) {
+    for (const json& e : v) {
+      if (!e.is_number()) wrong_type(name, v, "must be a list of numbers");
+      out.push_back(e.get<double>());
+    }
+    return out;
+  }
+  wrong_type(name, v, "must be a list of numbers");
+}
+
+double Params::number(const std::string& name, double fallback) const { return has(name) ? number(name) : fallback; }
+int64_t Params::integer(const std::string& name, int64_t fallback) const { return has(name) ? integer(name) : fallback; }
+bool Params::boolean(const std::string& name, bool fallback) const { return has(name) ? boolean(name) : fallback; }
+std::string Params::string(const std::string& name, const std::string& fallback) const {
+  return has(name) ? string(name) : fallback;
+}
+
+ParamSpec ParamSpec::number(std::string name, double default_value, double min, double max, std::string doc) {
+  return {std::move(name), ParamType::kNumber, default_value, min, max, {}, std::move(doc)};
+}
+ParamSpec ParamSpec::integer(std::string name, int64_t default_value, int64_t min, int64_t max, std::string doc) {
+  return {std::move(name), ParamType::kInteger, default_value, double(min), double(max), {}, std::move(doc)};
+}
+ParamSpec ParamSpec::boolean(std::string name, bool default_value, std::string doc) {
+  return {std::move(name), ParamType::kBoolean, default_value, std::nullopt, std::nullopt, {}, std::move(doc)};
+}
+ParamSpec ParamSpec::string(std::string name, std::string default_value, std::vector<std::string> choices,
+                            std::string doc) {
+  return {std::move(name), ParamType::kString, std::move(default_value), std::nullopt, std::nullopt,
+          std::move(choices), std::move(doc)};
+}
+ParamSpec ParamSpec::list(std::string name, json default_value, std::string doc) {
+  return {std::move(name), ParamType::kList, std::move(default_value), std::nullopt, std::nullopt, {}, std::move(doc)};
+}
+
+// ---- helpers ----
 
 namespace {
 
@@ -141,6 +224,158 @@ std::string show(const json& v) {
   if (s.size() > 80) s = s.substr(0, 77) + "...";
   return s;
 }
+
+std::string num(double v) {
+  if (!std::isfinite(v)) return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
+  return json(v).dump();  // shortest text that reads back as the same double
+}
+
+std::string list_text(const std::vector<int64_t>& v) { return json(v).dump(); }
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const size_t dot = path.find('.', start);
+    parts.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) return parts;
+    start = dot + 1;
+  }
+}
+
+// A closed, open or half-open interval of numbers, written as in the messages: "(0, 10]".
+struct Range {
+  double lo, hi;
+  bool lo_open, hi_open;
+  bool contains(double v) const {
+    return std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  }
+  std::string text() const {
+    return std::string(lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + (hi_open ? ")" : "]");
+  }
+};
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr Range closed(double lo, double hi) { return {lo, hi, false, false}; }
+constexpr Range above(double lo, double hi) { return {lo, hi, true, false}; }      // (lo, hi]
+constexpr Range below(double lo, double hi) { return {lo, hi, false, true}; }      // [lo, hi)
+constexpr Range at_least(double lo) { return {lo, kInf, false, true}; }            // [lo, inf)
+
+// What to suggest for a bad value: fixed text, or text made from the value.
+struct Hint {
+  Hint(const char* text = "") : text_(text) {}
+  Hint(std::string (*of)(double)) : of_(of) {}
+  std::string operator()(double v) const { return of_ ? of_(v) : text_; }
+
+ private:
+  const char* text_ = "";
+  std::string (*of_)(double) = nullptr;
+};
+
+std::string lr_hint(double lr) {
+  return lr < 0 ? "learning rates are positive; did you mean " + num(-lr) + "?"
+                : "learning rates are positive and at most 10";
+}
+
+constexpr const char* kRuleOff = "0 disables this rule";
+
+// ---- the fields, once ----
+// Every config field: its dotted path, its place in the struct and its
+// domain. The JSON writer, the strict reader and validate() all walk this one
+// list; checks across fields (nesterov needs momentum, a task order is a
+// permutation of the domains, declared params) follow in validate().
+template <class Config, class V>
+void each_field(Config& c, V& v) {
+  v.text("name", c.name);
+  v.text("scenario", c.scenario);
+  v.text("model.kind", c.model.kind);
+  v.integer("model.mlp_depth", c.model.mlp_depth, 1, 64);
+  v.integer("model.mlp_width", c.model.mlp_width, 1, 65536);
+  v.choice("activation.kind", c.activation.kind, kActivationKinds);
+  v.number("activation.slope", c.activation.slope, closed(0, 1),
+           "LeakyReLU slopes are small positive numbers such as 0.01");
+  v.choice("optimizer.kind", c.optimizer.kind, kOptimizerKinds);
+  v.number("optimizer.lr", c.optimizer.lr, above(0, 10), Hint(lr_hint));
+  v.number("optimizer.momentum", c.optimizer.momentum, below(0, 1), "0 means plain SGD; 0.9 is common");
+  v.flag("optimizer.nesterov", c.optimizer.nesterov);
+  v.number("optimizer.weight_decay", c.optimizer.weight_decay, closed(0, 1));
+  v.pair("optimizer.betas", c.optimizer.betas, below(0, 1),
+         {"Adam's beta1 is usually 0.9", "Adam's beta2 is usually 0.999"});
+  v.number("optimizer.eps", c.optimizer.eps, above(0, 1), "Adam's eps is usually 1e-8");
+  v.class_lists("protocol.domains", c.protocol.domains);
+  v.integers("protocol.task_order", c.protocol.task_order);
+  v.integer("protocol.epochs_per_phase", c.protocol.epochs_per_phase, 1, 1000);
+  v.integer("protocol.relaxation_epochs", c.protocol.relaxation_epochs, 0, 1000);
+  v.choice("dataset.kind", c.dataset.kind, kDatasetKinds);
+  v.text("dataset.path", c.dataset.path);
+  v.integer("dataset.synthetic_train_per_class", c.dataset.synthetic_train_per_class, 1, 100000);
+  v.integer("dataset.synthetic_test_per_class", c.dataset.synthetic_test_per_class, 1, 100000);
+  v.integer("health.window", c.health.window, 2, 10000);
+  v.number("health.spike_z", c.health.spike_z, at_least(0), "0 disables the spike rules");
+  v.number("health.loss_limit", c.health.loss_limit, at_least(0), kRuleOff);
+  v.number("health.grad_norm_limit", c.health.grad_norm_limit, at_least(0), kRuleOff);
+  v.number("health.max_grad_limit", c.health.max_grad_limit, at_least(0), kRuleOff);
+  v.number("health.activation_limit", c.health.activation_limit, at_least(0), kRuleOff);
+  v.number("health.optimizer_state_limit", c.health.optimizer_state_limit, at_least(0), kRuleOff);
+  v.number("health.param_jump_limit", c.health.param_jump_limit, at_least(0), kRuleOff);
+  v.number("health.loss_spike_floor", c.health.loss_spike_floor, at_least(0), kRuleOff);
+  v.number("health.grad_norm_spike_floor", c.health.grad_norm_spike_floor, at_least(0), kRuleOff);
+  v.number("health.activation_spike_floor", c.health.activation_spike_floor, at_least(0), kRuleOff);
+  v.choice("health.stop_at", c.health.stop_at, kStopAts);
+  v.choice("schedule.kind", c.schedule.kind, kScheduleKinds);
+  v.integer("schedule.warmup_steps", c.schedule.warmup_steps, 0, 1000000000, "0: no warm-up");
+  v.number("schedule.min_lr", c.schedule.min_lr, at_least(0), "the learning rate the decay ends at, e.g. 0");
+  v.integer("schedule.decay_steps", c.schedule.decay_steps, 0, int64_t{1} << 40, "0 decays until the last step");
+  v.integer("schedule.step_size", c.schedule.step_size, 1, 1000000000);
+  v.number("schedule.gamma", c.schedule.gamma, above(0, 1), "0.1 divides the learning rate by 10 at each drop");
+  v.params("params", c.params);
+  v.unsigned_integer("seed", c.seed);
+  v.integer("batch_size", c.batch_size, 1, 65536);
+  v.integer("max_batches_per_epoch", c.max_batches_per_epoch, 0, int64_t{1} << 40, "0 runs whole epochs");
+  v.number("grad_clip", c.grad_clip, at_least(0), "0 disables clipping; 1.0 is common");
+  v.integer("accumulation_steps", c.accumulation_steps, 1, 4096, "1 steps the optimizer after every batch");
+  v.choice("device", c.device, kDeviceKinds);
+  v.integer("threads", c.threads, 1, 1024);
+}
+
+json* make_path(json& j, const std::string& path) {
+  json* node = &j;
+  for (const std::string& part : split_path(path)) node = &(*node)[part];
+  return node;
+}
+
+// ---- JSON out ----
+
+class Writer {
+ public:
+  json out = json::object();
+
+  void text(const char* path, const std::string& v) { put(path, v); }
+  void integer(const char* path, int64_t v, int64_t, int64_t, const char* = "") { put(path, v); }
+  void unsigned_integer(const char* path, uint64_t v) { put(path, v); }
+  void number(const char* path, double v, Range, Hint = {}) { put(path, v); }
+  void flag(const char* path, bool v) { put(path, v); }
+  template <class E, size_t N>
+  void choice(const char* path, E v, const std::array<E, N>&) { put(path, to_string(v)); }
+  void pair(const char* path, const std::array<double, 2>& v, Range, std::array<const char*, 2>) { put(path, v); }
+  void integers(const char* path, const std::vector<int64_t>& v) { put(path, v); }
+  void class_lists(const char* path, const std::vector<std::vector<int64_t>>& v) { put(path, v); }
+  void params(const char* path, const Params& p) { put(path, p.values()); }
+
+ private:
+  void put(const char* path, json v) { *make_path(out, path) = std::move(v); }
+};
+
+}  // namespace
+
+json config_to_json(const TrainingConfig& c) {
+  Writer w;
+  each_field(c, w);
+  return std::move(w.out);
+}
+
+// ---- JSON in ----
+
+namespace {
 
 // The candidate a typo most likely meant: one containing the word, else the
 // nearest within a third of the word's length in edits; "" when none is close.
@@ -157,130 +392,163 @@ std::string closest(const std::string& word, const std::vector<std::string>& can
   return best;
 }
 
-// Reads the fields of one JSON object strictly: each read records the key as
-// known; finish() reports the keys nobody read.
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  const std::string near = closest(word, candidates);
+  return near.empty() ? "" : "did you mean \"" + near + "\"?";
+}
+
+std::string joined(const std::vector<std::string>& names, const char* sep = ", ") {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : sep) + n;
+  return s;
+}
+
+template <class E, size_t N>
+std::vector<std::string> names_list(const std::array<E, N>& values) {
+  std::vector<std::string> names;
+  for (E e : values) names.push_back(to_string(e));
+  return names;
+}
+
+// A params value is a flat JSON value: a number, boolean, string, or a list of them.
+bool flat_value(const json& v) {
+  if (v.is_number() || v.is_boolean() || v.is_string()) return true;
+  if (!v.is_array()) return false;
+  return std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_number() || e.is_boolean() || e.is_string(); });
+}
+
+// Reads the fields strictly: every path read is known; unknown() then
+// reports the keys of the input that no field reads.
 class Reader {
  public:
-  Reader(const json* obj, std::string prefix, std::vector<Problem>* problems)
-      : obj_(obj), prefix_(std::move(prefix)), problems_(problems) {}
+  Reader(const json& in, std::vector<Problem>* problems) : in_(in), problems_(problems) {}
 
-  std::string path(const std::string& key) const {
-    return prefix_.empty() ? key : prefix_ + "." + key;
-  }
-
-  void number(const char* key, double& out) {
-    if (const json* v = get(key)) {
-      if (v->is_number()) out = v->get<double>();
-      else bad_type(key, *v, "must be a number");
-    }
-  }
-  void integer(const char* key, int64_t& out) {
-    if (const json* v = get(key)) {
-      if (v->is_number_integer() && !(v->is_number_unsigned() &&
-                                      v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())))
-        out = v->get<int64_t>();
-      else bad_type(key, *v, "must be an integer");
-    }
-  }
-  void unsigned_integer(const char* key, uint64_t& out) {
-    if (const json* v = get(key)) {
-      if (v->is_number_unsigned() || (v->is_number_integer() && v->get<int64_t>() >= 0)) out = v->get<uint64_t>();
-      else bad_type(key, *v, "must be an integer in [0, 2^64)");
-    }
-  }
-  void boolean(const char* key, bool& out) {
-    if (const json* v = get(key)) {
-      if (v->is_boolean()) out = v->get<bool>();
-      else bad_type(key, *v, "must be true or false");
-    }
-  }
-  void string(const char* key, std::string& out) {
-    if (const json* v = get(key)) {
+  void text(const char* path, std::string& out) {
+    if (const json* v = get(path)) {
       if (v->is_string()) out = v->get<std::string>();
-      else bad_type(key, *v, "must be a string");
+      else bad(path, *v, "must be a string");
+    }
+  }
+  void integer(const char* path, int64_t& out, int64_t, int64_t, const char* = "") {
+    if (const json* v = get(path)) {
+      if (v->is_number_integer() &&
+          !(v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())))
+        out = v->get<int64_t>();
+      else bad(path, *v, "must be an integer");
+    }
+  }
+  void unsigned_integer(const char* path, uint64_t& out) {
+    if (const json* v = get(path)) {
+      if (v->is_number_unsigned() || (v->is_number_integer() && v->get<int64_t>() >= 0)) out = v->get<uint64_t>();
+      else bad(path, *v, "must be an integer in [0, 2^64)");
+    }
+  }
+  void number(const char* path, double& out, Range, Hint = {}) {
+    if (const json* v = get(path)) {
+      if (v->is_number()) out = v->get<double>();
+      else bad(path, *v, "must be a number");
+    }
+  }
+  void flag(const char* path, bool& out) {
+    if (const json* v = get(path)) {
+      if (v->is_boolean()) out = v->get<bool>();
+      else bad(path, *v, "must be true or false");
     }
   }
   template <class E, size_t N>
-  void enumeration(const char* key, E& out, const std::array<E, N>& values) {
-    const json* v = get(key);
+  void choice(const char* path, E& out, const std::array<E, N>& values) {
+    const json* v = get(path);
     if (v == nullptr) return;
-    if (v->is_string()) {
-      const std::string s = v->get<std::string>();
-      std::vector<std::string> names;
-      for (E e : values) {
-        if (s == to_string(e)) {
-          out = e;
-          return;
-        }
-        names.push_back(to_string(e));
+    const std::vector<std::string> names = names_list(values);
+    if (!v->is_string()) return bad(path, *v, "must be one of " + joined(names, " | "));
+    const std::string s = v->get<std::string>();
+    for (size_t i = 0; i < N; ++i) {
+      if (s == names[i]) {
+        out = values[i];
+        return;
       }
-      const std::string near = closest(s, names);
-      problems_->push_back({path(key), show(*v), "is not one of " + names_of(values),
-                            near.empty() ? "" : "did you mean \"" + near + "\"?"});
-      return;
     }
-    bad_type(key, *v, "must be one of " + names_of(values));
+    problems_->push_back({path, show(*v), "is not one of " + joined(names, " | "), did_you_mean(s, names)});
   }
-  void integer_list(const char* key, std::vector<int64_t>& out) {
-    if (const json* v = get(key)) read_int_list(*v, path(key), out);
-  }
-  void domains(const char* key, std::vector<std::vector<int64_t>>& out) {
-    const json* v = get(key);
-    if (v == nullptr) return;
-    if (!v->is_array()) return bad_type(key, *v, "must be a list of class lists, e.g. [[0,1],[2,3]]");
-    std::vector<std::vector<int64_t>> result(v->size());
-    for (size_t i = 0; i < v->size(); ++i) {
-      read_int_list((*v)[i], path(key) + "[" + std::to_string(i) + "]", result[i]);
-    }
-    out = std::move(result);
-  }
-  void number_pair(const char* key, std::array<double, 2>& out) {
-    const json* v = get(key);
+  void pair(const char* path, std::array<double, 2>& out, Range, std::array<const char*, 2>) {
+    const json* v = get(path);
     if (v == nullptr) return;
     if (!v->is_array() || v->size() != 2 || !(*v)[0].is_number() || !(*v)[1].is_number()) {
-      return bad_type(key, *v, "must be a pair of numbers, e.g. [0.9, 0.999]");
+      return bad(path, *v, "must be a pair of numbers, e.g. [0.9, 0.999]");
     }
     out = {(*v)[0].get<double>(), (*v)[1].get<double>()};
   }
-
-  Reader object(const char* key) {
-    const json* v = get(key);
-    if (v != nullptr && !v->is_object()) {
-      bad_type(key, *v, "must be an object");
-      v = nullptr;
+  void integers(const char* path, std::vector<int64_t>& out) {
+    if (const json* v = get(path)) read_int_list(*v, path, out);
+  }
+  void class_lists(const char* path, std::vector<std::vector<int64_t>>& out) {
+    const json* v = get(path);
+    if (v == nullptr) return;
+    if (!v->is_array()) return bad(path, *v, "must be a list of class lists, e.g. [[0,1],[2,3]]");
+    std::vector<std::vector<int64_t>> result(v->size());
+    for (size_t i = 0; i < v->size(); ++i) read_int_list((*v)[i], std::string(path) + "[" + std::to_string(i) + "]", result[i]);
+    out = std::move(result);
+  }
+  void params(const char* path, Params& out) {
+    const json* v = get(path);
+    if (v == nullptr) return;
+    if (!v->is_object()) return bad(path, *v, "must be an object of a scenario's parameters, e.g. {\"warmup\": 30}");
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      if (flat_value(*it)) out.set(it.key(), *it);
+      else problems_->push_back({std::string(path) + "." + it.key(), show(*it),
+                                 "must be a number, boolean, string or list of them", ""});
     }
-    return Reader(v, path(key), problems_);
   }
 
-  void finish() const {
-    if (obj_ == nullptr) return;
-    for (auto it = obj_->begin(); it != obj_->end(); ++it) {
-      if (std::find(known_.begin(), known_.end(), it.key()) != known_.end()) continue;
-      const std::string near = closest(it.key(), known_);
-      problems_->push_back({path(it.key()), "", "is not a config field",
-                            near.empty() ? "known fields here: " + join_known()
-                                         : "did you mean \"" + near + "\"?"});
-    }
-  }
+  // Keys nobody read, each with the nearest known key beside it.
+  void unknown() { unknown_in(in_, ""); }
 
  private:
-  const json* get(const char* key) {
-    known_.emplace_back(key);
-    if (obj_ == nullptr) return nullptr;
-    auto it = obj_->find(key);
-    return it == obj_->end() ? nullptr : &*it;
+  const json* get(const std::string& path) {
+    known_.insert(path);
+    const std::vector<std::string> parts = split_path(path);
+    const json* node = &in_;
+    std::string walked;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      walked += (walked.empty() ? "" : ".") + parts[i];
+      if (i + 1 < parts.size()) groups_.insert(walked);
+      auto it = node->find(parts[i]);
+      if (it == node->end()) return nullptr;
+      node = &*it;
+      if (i + 1 < parts.size() && !node->is_object()) {
+        if (bad_groups_.insert(walked).second) bad(walked, *node, "must be an object");
+        return nullptr;
+      }
+    }
+    return node;
   }
-  void bad_type(const std::string& key, const json& v, const std::string& message) {
-    problems_->push_back({path(key), show(v), message, ""});
+  void unknown_in(const json& obj, const std::string& prefix) {
+    for (auto it = obj.begin(); it != obj.end(); ++it) {
+      const std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
+      if (known_.count(path)) continue;
+      if (groups_.count(path)) {
+        if (it->is_object()) unknown_in(*it, path);
+        continue;
+      }
+      std::vector<std::string> here;  // the known keys at this level
+      for (const std::string& k : known_) {
+        if (prefix.empty() ? true : k.rfind(prefix + ".", 0) == 0) {
+          const std::string rest = prefix.empty() ? k : k.substr(prefix.size() + 1);
+          const std::string first = rest.substr(0, rest.find('.'));
+          if (std::find(here.begin(), here.end(), first) == here.end()) here.push_back(first);
+        }
+      }
+      const std::string hint = did_you_mean(it.key(), here);
+      problems_->push_back({path, "", "is not a config field", hint.empty() ? "known fields here: " + joined(here) : hint});
+    }
+  }
+  void bad(const std::string& path, const json& v, const std::string& message) {
+    problems_->push_back({path, show(v), message, ""});
   }
   void read_int_list(const json& v, const std::string& where, std::vector<int64_t>& out) {
-    if (!v.is_array()) {
-      problems_->push_back({where, show(v), "must be a list of integers", ""});
-      return;
-    }
     std::vector<int64_t> result;
-    for (const json& e : v) {
-      if (!e.is_number_integer()) {
+    for (const json& e : v.is_array() ? v : json::array({nullptr})) {
+      if (!e.is_number_integer() || (e.is_number_unsigned() && e.get<uint64_t>() > uint64_t(INT64_MAX))) {
         problems_->push_back({where, show(v), "must be a list of integers", ""});
         return;
       }
@@ -288,95 +556,119 @@ class Reader {
     }
     out = std::move(result);
   }
-  std::string join_known() const {
-    std::string s;
-    for (const std::string& k : known_) s += (s.empty() ? "" : ", ") + k;
-    return s;
-  }
 
-  const json* obj_;
-  std::string prefix_;
+  const json& in_;
   std::vector<Problem>* problems_;
-  std::vector<std::string> known_;
+  std::set<std::string> known_, groups_, bad_groups_;
 };
+
+// ---- declared params ----
+
+// An integral float (30.0, what a log_range or --set may give) as an integer.
+bool as_integer(const json& v, int64_t* out) {
+  if (v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))) {
+    *out = v.get<int64_t>();
+    return true;
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d == std::floor(d) && std::fabs(d) < 9.2e18) {
+      *out = static_cast<int64_t>(d);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool has_type(const json& v, ParamType t) {
+  int64_t i = 0;
+  switch (t) {
+    case ParamType::kNumber: return v.is_number();
+    case ParamType::kInteger: return as_integer(v, &i);
+    case ParamType::kBoolean: return v.is_boolean();
+    case ParamType::kString: return v.is_string();
+    case ParamType::kList: return v.is_array();
+  }
+  return false;
+}
+
+const char* type_phrase(ParamType t) {
+  switch (t) {
+    case ParamType::kNumber: return "must be a number";
+    case ParamType::kInteger: return "must be an integer";
+    case ParamType::kBoolean: return "must be true or false";
+    case ParamType::kString: return "must be a string";
+    case ParamType::kList: return "must be a list";
+  }
+  return "?";
+}
+
+// Fills in the declared defaults the config does not set, and writes declared
+// integers given as integral floats as integers.
+void complete_params(TrainingConfig& c) {
+  const std::vector<ParamSpec>* specs = declared_params(c.scenario);
+  if (specs == nullptr) return;
+  for (const ParamSpec& s : *specs) {
+    if (!c.params.has(s.name)) {
+      c.params.set(s.name, s.default_value);
+    } else if (int64_t i = 0; s.type == ParamType::kInteger && as_integer(c.params.values()[s.name], &i)) {
+      c.params.set(s.name, i);
+    }
+  }
+}
+
+std::vector<std::string> spec_names(const std::vector<ParamSpec>& specs) {
+  std::vector<std::string> names;
+  for (const ParamSpec& s : specs) names.push_back(s.name);
+  return names;
+}
+
+void check_params(const TrainingConfig& c, std::vector<Problem>* problems) {
+  const std::vector<ParamSpec>* specs = declared_params(c.scenario);
+  if (specs == nullptr) return;
+  const json& values = c.params.values();
+  for (auto it = values.begin(); it != values.end(); ++it) {
+    const std::string field = "params." + it.key();
+    const auto spec = std::find_if(specs->begin(), specs->end(), [&](const ParamSpec& s) { return s.name == it.key(); });
+    if (spec == specs->end()) {
+      const std::string hint = did_you_mean(it.key(), spec_names(*specs));
+      problems->push_back({field, show(*it), "is not a parameter of scenario \"" + c.scenario + "\"",
+                           hint.empty() ? "its parameters: " + joined(spec_names(*specs)) : hint});
+      continue;
+    }
+    if (!has_type(*it, spec->type)) {
+      problems->push_back({field, show(*it), type_phrase(spec->type), spec->doc});
+      continue;
+    }
+    if (spec->type == ParamType::kNumber || spec->type == ParamType::kInteger) {
+      const Range r = closed(spec->min.value_or(-kInf), spec->max.value_or(kInf));
+      const double v = it->get<double>();
+      if (!(v >= r.lo && v <= r.hi) || !std::isfinite(v)) {
+        problems->push_back({field, num(v), "is not in " + r.text(), spec->doc});
+      }
+    }
+    if (spec->type == ParamType::kString && !spec->choices.empty() &&
+        std::find(spec->choices.begin(), spec->choices.end(), it->get<std::string>()) == spec->choices.end()) {
+      const std::string hint = did_you_mean(it->get<std::string>(), spec->choices);
+      problems->push_back({field, show(*it), "is not one of " + joined(spec->choices, " | "), hint.empty() ? spec->doc : hint});
+    }
+  }
+}
 
 }  // namespace
 
 TrainingConfig config_from_json(const json& j, const std::string& file) {
-  TrainingConfig c;
-  std::vector<Problem> problems;
   if (!j.is_object()) {
     throw InputError(file, "", "", "must hold a JSON object, not " + std::string(j.type_name()),
                      "start from configs/default.json");
   }
-  Reader r(&j, "", &problems);
-  r.string("name", c.name);
-  r.string("scenario", c.scenario);
-  {
-    Reader m = r.object("model");
-    m.string("kind", c.model.kind);
-    m.integer("mlp_depth", c.model.mlp_depth);
-    m.integer("mlp_width", c.model.mlp_width);
-    m.finish();
-  }
-  {
-    Reader a = r.object("activation");
-    a.enumeration("kind", c.activation.kind, kActivationKinds);
-    a.number("slope", c.activation.slope);
-    a.finish();
-  }
-  {
-    Reader o = r.object("optimizer");
-    o.enumeration("kind", c.optimizer.kind, kOptimizerKinds);
-    o.number("lr", c.optimizer.lr);
-    o.number("momentum", c.optimizer.momentum);
-    o.boolean("nesterov", c.optimizer.nesterov);
-    o.number("weight_decay", c.optimizer.weight_decay);
-    o.number_pair("betas", c.optimizer.betas);
-    o.number("eps", c.optimizer.eps);
-    o.finish();
-  }
-  {
-    Reader p = r.object("protocol");
-    p.domains("domains", c.protocol.domains);
-    p.integer_list("task_order", c.protocol.task_order);
-    p.integer("epochs_per_phase", c.protocol.epochs_per_phase);
-    p.integer("relaxation_epochs", c.protocol.relaxation_epochs);
-    p.finish();
-  }
-  {
-    Reader d = r.object("dataset");
-    d.enumeration("kind", c.dataset.kind, kDatasetKinds);
-    d.string("path", c.dataset.path);
-    d.integer("synthetic_train_per_class", c.dataset.synthetic_train_per_class);
-    d.integer("synthetic_test_per_class", c.dataset.synthetic_test_per_class);
-    d.finish();
-  }
-  {
-    HealthRules& h = c.health;
-    Reader hr = r.object("health");
-    hr.integer("window", h.window);
-    hr.number("spike_z", h.spike_z);
-    hr.number("loss_limit", h.loss_limit);
-    hr.number("grad_norm_limit", h.grad_norm_limit);
-    hr.number("max_grad_limit", h.max_grad_limit);
-    hr.number("activation_limit", h.activation_limit);
-    hr.number("optimizer_state_limit", h.optimizer_state_limit);
-    hr.number("param_jump_limit", h.param_jump_limit);
-    hr.number("loss_spike_floor", h.loss_spike_floor);
-    hr.number("grad_norm_spike_floor", h.grad_norm_spike_floor);
-    hr.number("activation_spike_floor", h.activation_spike_floor);
-    hr.enumeration("stop_at", h.stop_at, kStopAts);
-    hr.finish();
-  }
-  r.unsigned_integer("seed", c.seed);
-  r.integer("batch_size", c.batch_size);
-  r.integer("max_batches_per_epoch", c.max_batches_per_epoch);
-  r.number("grad_clip", c.grad_clip);
-  r.enumeration("device", c.device, kDeviceKinds);
-  r.integer("threads", c.threads);
-  r.finish();
+  TrainingConfig c;
+  std::vector<Problem> problems;
+  Reader r(j, &problems);
+  each_field(c, r);
+  r.unknown();
   if (!problems.empty()) throw InputError(file, std::move(problems));
+  complete_params(c);
   return c;
 }
 
@@ -384,33 +676,30 @@ TrainingConfig config_from_json(const json& j, const std::string& file) {
 
 namespace {
 
-std::string num(double v) {
-  if (!std::isfinite(v)) return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
-  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
-  return json(v).dump();  // shortest text that reads back as the same double
-}
-
 class Checker {
  public:
   explicit Checker(std::vector<Problem>* problems) : problems_(problems) {}
 
-  // Closed/open bounds are stated in `range_text`, e.g. "(0, 10]".
-  void in(const char* field, double v, double lo, bool lo_open, double hi, bool hi_open,
-          const std::string& hint = "") {
-    const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-    if (!ok) {
-      problems_->push_back({field, num(v),
-                            "is not in " + std::string(lo_open ? "(" : "[") + num(lo) + ", " +
-                                num(hi) + (hi_open ? ")" : "]"),
-                            hint});
-    }
-  }
-  void int_in(const char* field, int64_t v, int64_t lo, int64_t hi, const std::string& hint = "") {
+  void text(const char*, const std::string&) {}
+  void integer(const char* path, int64_t v, int64_t lo, int64_t hi, const char* hint = "") {
     if (v < lo || v > hi) {
-      problems_->push_back({field, std::to_string(v),
-                            "is not in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", hint});
+      fail(path, std::to_string(v), "is not in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", hint);
     }
   }
+  void unsigned_integer(const char*, uint64_t) {}
+  void number(const char* path, double v, Range r, Hint hint = {}) {
+    if (!r.contains(v)) fail(path, num(v), "is not in " + r.text(), hint(v));
+  }
+  void flag(const char*, bool) {}
+  template <class E, size_t N>
+  void choice(const char*, E, const std::array<E, N>&) {}
+  void pair(const char* path, const std::array<double, 2>& v, Range r, std::array<const char*, 2> hints) {
+    for (size_t i = 0; i < 2; ++i) number((std::string(path) + "[" + std::to_string(i) + "]").c_str(), v[i], r, hints[i]);
+  }
+  void integers(const char*, const std::vector<int64_t>&) {}
+  void class_lists(const char*, const std::vector<std::vector<int64_t>>&) {}
+  void params(const char*, const Params&) {}
+
   void fail(std::string field, std::string value, std::string message, std::string hint = "") {
     problems_->push_back({std::move(field), std::move(value), std::move(message), std::move(hint)});
   }
@@ -419,8 +708,6 @@ class Checker {
   std::vector<Problem>* problems_;
 };
 
-std::string list_text(const std::vector<int64_t>& v) { return json(v).dump(); }
-
 }  // namespace
 
 std::vector<Problem> validate(const TrainingConfig& c) {
@@ -428,38 +715,22 @@ std::vector<Problem> validate(const TrainingConfig& c) {
   Checker k(&problems);
   const auto& scenarios = scenario_names();
   if (std::find(scenarios.begin(), scenarios.end(), c.scenario) == scenarios.end()) {
-    std::string list;
-    for (const std::string& s : scenarios) list += (list.empty() ? "" : ", ") + s;
-    const std::string near = closest(c.scenario, scenarios);
-    k.fail("scenario", "\"" + c.scenario + "\"", "is not a registered scenario (" + list + ")",
-           near.empty() ? "a program registers its own with spikehunt::register_scenario()"
-                        : "did you mean \"" + near + "\"?");
+    const std::string hint = did_you_mean(c.scenario, scenarios);
+    k.fail("scenario", "\"" + c.scenario + "\"", "is not a registered scenario (" + joined(scenarios) + ")",
+           hint.empty() ? "a program registers its own with spikehunt::register_scenario()" : hint);
   }
   const auto& models = model_kinds();
   if (std::find(models.begin(), models.end(), c.model.kind) == models.end()) {
-    const std::string near = closest(c.model.kind, models);
     k.fail("model.kind", "\"" + c.model.kind + "\"", "is not a built-in model (simple_cnn | mlp)",
-           near.empty() ? "" : "did you mean \"" + near + "\"?");
+           did_you_mean(c.model.kind, models));
   }
-  k.int_in("model.mlp_depth", c.model.mlp_depth, 1, 64);
-  k.int_in("model.mlp_width", c.model.mlp_width, 1, 65536);
-  k.in("activation.slope", c.activation.slope, 0, false, 1, false,
-       "LeakyReLU slopes are small positive numbers such as 0.01");
+  each_field(c, k);
 
   const OptimizerConfig& o = c.optimizer;
-  k.in("optimizer.lr", o.lr, 0, true, 10, false,
-       o.lr < 0 ? "learning rates are positive; did you mean " + num(-o.lr) + "?"
-                : "learning rates are positive and at most 10");
-  k.in("optimizer.momentum", o.momentum, 0, false, 1, true, "0 means plain SGD; 0.9 is common");
   if (o.nesterov && (o.kind != OptimizerKind::kSgd || !(o.momentum > 0))) {
     k.fail("optimizer.nesterov", "true", "needs optimizer.kind \"sgd\" with momentum > 0",
            "set nesterov to false or give momentum a value such as 0.9");
   }
-  k.in("optimizer.weight_decay", o.weight_decay, 0, false, 1, false);
-  k.in("optimizer.betas[0]", o.betas[0], 0, false, 1, true, "Adam's beta1 is usually 0.9");
-  k.in("optimizer.betas[1]", o.betas[1], 0, false, 1, true, "Adam's beta2 is usually 0.999");
-  k.in("optimizer.eps", o.eps, 0, true, 1, false, "Adam's eps is usually 1e-8");
-
   const ProtocolConfig& p = c.protocol;
   if (p.domains.size() > 26) {
     k.fail("protocol.domains", std::to_string(p.domains.size()) + " domains", "is more than 26",
@@ -495,37 +766,14 @@ std::vector<Problem> validate(const TrainingConfig& c) {
              "list each domain index once, e.g. [1, 0] trains B before A");
     }
   }
-  k.int_in("protocol.epochs_per_phase", p.epochs_per_phase, 1, 1000);
-  k.int_in("protocol.relaxation_epochs", p.relaxation_epochs, 0, 1000);
-
   if (c.dataset.kind == DatasetKind::kIdx && c.dataset.path.empty()) {
     k.fail("dataset.path", "\"\"", "is empty", "give a directory with train-images-idx3-ubyte(.gz) files");
   }
-  k.int_in("dataset.synthetic_train_per_class", c.dataset.synthetic_train_per_class, 1, 100000);
-  k.int_in("dataset.synthetic_test_per_class", c.dataset.synthetic_test_per_class, 1, 100000);
-
-  const HealthRules& h = c.health;
-  const double inf = std::numeric_limits<double>::infinity();
-  k.int_in("health.window", h.window, 2, 10000);
-  k.in("health.spike_z", h.spike_z, 0, false, inf, true, "0 disables the spike rules");
-  const std::pair<const char*, double> limits[] = {
-      {"health.loss_limit", h.loss_limit},
-      {"health.grad_norm_limit", h.grad_norm_limit},
-      {"health.max_grad_limit", h.max_grad_limit},
-      {"health.activation_limit", h.activation_limit},
-      {"health.optimizer_state_limit", h.optimizer_state_limit},
-      {"health.param_jump_limit", h.param_jump_limit},
-      {"health.loss_spike_floor", h.loss_spike_floor},
-      {"health.grad_norm_spike_floor", h.grad_norm_spike_floor},
-      {"health.activation_spike_floor", h.activation_spike_floor},
-  };
-  for (const auto& [field, v] : limits) k.in(field, v, 0, false, inf, true, "0 disables this rule");
-
-  k.int_in("batch_size", c.batch_size, 1, 65536);
-  k.int_in("max_batches_per_epoch", c.max_batches_per_epoch, 0, int64_t{1} << 40,
-           "0 runs whole epochs");
-  k.in("grad_clip", c.grad_clip, 0, false, inf, true, "0 disables clipping; 1.0 is common");
-  k.int_in("threads", c.threads, 1, 1024);
+  if (c.optimizer.lr > 0 && c.schedule.min_lr > c.optimizer.lr && std::isfinite(c.schedule.min_lr)) {
+    k.fail("schedule.min_lr", num(c.schedule.min_lr), "is above optimizer.lr = " + num(c.optimizer.lr),
+           "the decay ends at min_lr: give a value at most the learning rate, e.g. 0");
+  }
+  check_params(c, &problems);
   return problems;
 }
 
@@ -533,6 +781,7 @@ std::vector<Problem> validate(const TrainingConfig& c) {
 
 void apply_overrides(json& j, const std::vector<std::string>& overrides) {
   static const json kSchema = config_to_json(TrainingConfig{});
+  static const json kLeaf = nullptr;
   for (const std::string& item : overrides) {
     const size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -548,6 +797,15 @@ void apply_overrides(json& j, const std::vector<std::string>& overrides) {
       const size_t dot = key.find('.', start);
       const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
       walked += (walked.empty() ? "" : ".") + part;
+      if (walked == "params." + part) {  // a scenario's own knob: any name; declared ones are checked when parsed
+        if (dot != std::string::npos) {
+          throw InputError("--set", key, "", "is not a parameter name: params are flat", "e.g. --set params.warmup=30");
+        }
+        if (!target->is_object()) *target = json::object();
+        target = &(*target)[part];
+        schema = &kLeaf;
+        break;
+      }
       auto it = schema->is_object() ? schema->find(part) : schema->end();
       if (it == schema->end()) {
         std::vector<std::string> names;
@@ -567,7 +825,8 @@ void apply_overrides(json& j, const std::vector<std::string>& overrides) {
     }
     if (schema->is_object()) {
       throw InputError("--set", key, text, "is a group of fields, not a field",
-                       "set one of its fields, e.g. --set " + key + "." + schema->begin().key() + "=...");
+                       "set one of its fields, e.g. --set " + key + "." +
+                           (schema->empty() ? std::string("NAME") : schema->begin().key()) + "=...");
     }
     json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (value.is_discarded()) {
@@ -662,6 +921,26 @@ std::string describe_optimizer(const OptimizerConfig& o) {
 std::string describe_activation(const ActivationConfig& a) {
   if (a.kind == ActivationKind::kLeakyRelu) return "leaky_relu(" + g(a.slope) + ")";
   return to_string(a.kind);
+}
+
+std::string describe_schedule(const ScheduleConfig& s) {
+  if (s.kind == ScheduleKind::kConstant && s.warmup_steps == 0) return "";
+  std::string out;
+  if (s.warmup_steps > 0) out = "warm-up " + std::to_string(s.warmup_steps) + " steps";
+  if (s.kind != ScheduleKind::kConstant) {
+    out += (out.empty() ? "" : ", then ") + std::string(to_string(s.kind));
+    if (s.kind == ScheduleKind::kStep) out += " x" + g(s.gamma) + " every " + std::to_string(s.step_size);
+    else out += " to " + g(s.min_lr) + (s.decay_steps > 0 ? " at step " + std::to_string(s.decay_steps) : "");
+  }
+  return out;
+}
+
+std::string describe_params(const Params& p) {
+  std::string out;
+  for (auto it = p.values().begin(); it != p.values().end(); ++it) {
+    out += (out.empty() ? "" : " ") + it.key() + "=" + it->dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  return out;
 }
 
 std::string describe_protocol(const ProtocolConfig& p) {

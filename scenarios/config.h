@@ -9,10 +9,11 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "scenarios/error.h"
 
@@ -23,6 +24,8 @@ enum class OptimizerKind { kSgd, kAdam, kAdamW };
 enum class DatasetKind { kSynthetic, kIdx };
 enum class DeviceKind { kCpu, kCuda };
 enum class StopAt { kNonFinite, kExtreme };
+enum class ScheduleKind { kConstant, kLinear, kCosine, kStep };
+enum class ParamType { kNumber, kInteger, kBoolean, kString, kList };
 
 constexpr int64_t kNumClasses = 10;  // every built-in dataset has 10 classes
 
@@ -81,6 +84,67 @@ struct HealthRules {
   StopAt stop_at = StopAt::kNonFinite;  // stop the burst at the first such step
 };
 
+// The learning-rate schedule the harness applies to every group of every
+// optimizer of any scenario (lr_schedule.h): a group's lr at step s is the lr
+// it was built with × factor(s). Warm-up first, then the kind's decay.
+struct ScheduleConfig {
+  ScheduleKind kind = ScheduleKind::kConstant;  // constant | linear | cosine | step
+  int64_t warmup_steps = 0;  // linear warm-up: factor (s+1)/warmup_steps on the first steps, [0, 10^9]
+  double min_lr = 0.0;       // linear/cosine: where the decay ends, for a group at optimizer.lr, [0, optimizer.lr]
+  int64_t decay_steps = 0;   // linear/cosine: the step the decay ends at; 0: the last planned step
+  int64_t step_size = 100;   // step: steps between drops after the warm-up, [1, 10^9]
+  double gamma = 0.1;        // step: factor per drop, (0, 1]
+};
+
+// A scenario's own knobs ("params": {"warmup": 30, "dropout": 0.1}): flat
+// JSON values (numbers, booleans, strings, lists of them), read by a
+// scenario through typed accessors. Declared parameters (declare_params) are
+// checked when a config is parsed and their defaults filled in, so a config
+// always records every value its run used.
+class Params {
+ public:
+  bool has(const std::string& name) const { return values_.contains(name); }
+  // The value, which must be there (declared, or set in the config): an
+  // InputError naming "params.NAME" when it is missing or of another type.
+  double number(const std::string& name) const;
+  int64_t integer(const std::string& name) const;
+  bool boolean(const std::string& name) const;
+  std::string string(const std::string& name) const;
+  std::vector<double> numbers(const std::string& name) const;
+  // The same with a fallback when the config does not set it.
+  double number(const std::string& name, double fallback) const;
+  int64_t integer(const std::string& name, int64_t fallback) const;
+  bool boolean(const std::string& name, bool fallback) const;
+  std::string string(const std::string& name, const std::string& fallback) const;
+
+  void set(const std::string& name, nlohmann::json value) { values_[name] = std::move(value); }
+  const nlohmann::json& values() const { return values_; }  // an object
+  nlohmann::json& values() { return values_; }
+  bool operator==(const Params& o) const { return values_ == o.values_; }
+
+ private:
+  const nlohmann::json& at(const std::string& name) const;
+  nlohmann::json values_ = nlohmann::json::object();
+};
+
+// One declared parameter of a scenario: what --print-config shows, what a
+// config is checked against, and what a space may sweep as "params.NAME".
+struct ParamSpec {
+  std::string name;
+  ParamType type = ParamType::kNumber;
+  nlohmann::json default_value;        // filled in when a config does not set it
+  std::optional<double> min, max;      // numbers and integers: closed range
+  std::vector<std::string> choices;    // strings: the allowed values (empty: any)
+  std::string doc;                     // one line, shown with the defaults
+
+  static ParamSpec number(std::string name, double default_value, double min, double max, std::string doc);
+  static ParamSpec integer(std::string name, int64_t default_value, int64_t min, int64_t max, std::string doc);
+  static ParamSpec boolean(std::string name, bool default_value, std::string doc);
+  static ParamSpec string(std::string name, std::string default_value, std::vector<std::string> choices,
+                          std::string doc);
+  static ParamSpec list(std::string name, nlohmann::json default_value, std::string doc);
+};
+
 struct TrainingConfig {
   std::string name = "default";  // free text, shown in reports
   std::string scenario = "standard";  // a registered scenario (catalog.h); "standard": the built-in one
@@ -90,10 +154,13 @@ struct TrainingConfig {
   ProtocolConfig protocol;
   DatasetConfig dataset;
   HealthRules health;
+  ScheduleConfig schedule;            // the learning rate over the steps
+  Params params;                      // the scenario's own knobs
   uint64_t seed = 0;                  // weight init and data order (not the data itself)
   int64_t batch_size = 64;            // [1, 65536]
   int64_t max_batches_per_epoch = 0;  // 0: whole epochs; else a short burst
   double grad_clip = 0.0;             // max global grad norm; 0: no clipping
+  int64_t accumulation_steps = 1;     // micro-batches per optimizer step (gradients summed, loss / k), [1, 4096]
   DeviceKind device = DeviceKind::kCpu;
   int64_t threads = 2;                // LibTorch intra-op threads, [1, 1024]
 };
@@ -104,10 +171,16 @@ const char* to_string(OptimizerKind k);
 const char* to_string(DatasetKind k);
 const char* to_string(DeviceKind k);
 const char* to_string(StopAt k);
+const char* to_string(ScheduleKind k);
+const char* to_string(ParamType t);
 const std::vector<std::string>& model_kinds();  // the built-in models
 // The scenario names a config may use: "standard" and every register_scenario() name.
 const std::vector<std::string>& scenario_names();
 void add_scenario_name(const std::string& name);
+// A scenario's declared parameters (register_scenario declares them); null
+// when it declares none (then any params are accepted as they are).
+void declare_params(const std::string& scenario, std::vector<ParamSpec> specs);
+const std::vector<ParamSpec>* declared_params(const std::string& scenario);
 
 // ---- JSON ----
 nlohmann::json config_to_json(const TrainingConfig& c);
@@ -141,5 +214,7 @@ void save_config(const TrainingConfig& c, const std::string& path);
 std::string describe_optimizer(const OptimizerConfig& o);
 std::string describe_activation(const ActivationConfig& a);
 std::string describe_protocol(const ProtocolConfig& p);
+std::string describe_schedule(const ScheduleConfig& s);  // "" for a constant lr
+std::string describe_params(const Params& p);             // "warmup=30 dropout=0.1"
 
 }  // namespace spikehunt

@@ -8,6 +8,7 @@
 
 #include "scenarios/config.h"
 #include "scenarios/files.h"
+#include "scenarios/lr_schedule.h"
 #include "test_util.h"
 
 namespace spikehunt {
@@ -215,6 +216,142 @@ TEST(Config, LoadReportsMissingFilesAndBadJsonWithTheirNames) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("is not valid JSON: parse error at line 3"), std::string::npos) << e.what();
   }
+}
+
+// ---- params: a scenario's own knobs ----
+
+std::string problems_of(const TrainingConfig& c) {
+  const std::vector<Problem> p = validate(c);
+  return p.empty() ? "" : InputError("cfg.json", p).what();
+}
+
+TEST(ConfigParams, UndeclaredParamsAreKeptAsGivenAndRoundTripExactly) {
+  const json j = {{"params", {{"warmup", 30}, {"temperature", 0.7}, {"use_bias", true}, {"norm", "layer"},
+                              {"widths", {64, 32}}}}};
+  const TrainingConfig c = config_from_json(j, "cfg.json");
+  EXPECT_EQ(c.params.integer("warmup"), 30);
+  EXPECT_EQ(c.params.number("temperature"), 0.7);
+  EXPECT_TRUE(c.params.boolean("use_bias"));
+  EXPECT_EQ(c.params.string("norm"), "layer");
+  EXPECT_EQ(c.params.numbers("widths"), (std::vector<double>{64, 32}));
+  EXPECT_EQ(c.params.number("dropout", 0.1), 0.1) << "a fallback for what the config does not set";
+  EXPECT_TRUE(validate(c).empty());
+  const json out = config_to_json(c);
+  EXPECT_EQ(out["params"], j["params"]);
+  EXPECT_EQ(config_to_json(config_from_json(out, "x")), out);
+  try {
+    (void)c.params.string("warmup");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("params.warmup = 30 must be a string"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)c.params.number("missing"), InputError);
+}
+
+TEST(ConfigParams, ParamsAreFlatValues) {
+  EXPECT_NE(parse_error({{"params", {{"nested", {{"a", 1}}}}}}).find("params.nested = {\"a\":1} must be a number, "
+                                                                     "boolean, string or list of them"),
+            std::string::npos);
+  EXPECT_NE(parse_error({{"params", 3}}).find("params = 3 must be an object"), std::string::npos);
+  const TrainingConfig c = default_config({"params.warmup=30", "params.schedule_name=cosine"});
+  EXPECT_EQ(c.params.integer("warmup"), 30);
+  EXPECT_EQ(c.params.string("schedule_name"), "cosine");
+  try {
+    default_config({"params.a.b=1"});
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("params are flat"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ConfigParams, DeclaredParamsAreCheckedAndTheirDefaultsFilledIn) {
+  add_scenario_name("knobs");
+  declare_params("knobs", {ParamSpec::integer("warmup_steps", 30, 0, 1000, "linear warm-up length"),
+                           ParamSpec::number("label_smoothing", 0.0, 0, 0.5, "of the cross-entropy"),
+                           ParamSpec::boolean("tied", false, "tie the embeddings"),
+                           ParamSpec::string("norm", "layer", {"layer", "rms", "none"}, "normalization")});
+  const TrainingConfig c = default_config({"scenario=knobs", "params.label_smoothing=0.1"});
+  EXPECT_EQ(c.params.integer("warmup_steps"), 30) << "the declared default";
+  EXPECT_EQ(c.params.number("label_smoothing"), 0.1);
+  EXPECT_EQ(config_to_json(c)["params"],
+            json({{"warmup_steps", 30}, {"label_smoothing", 0.1}, {"tied", false}, {"norm", "layer"}}))
+      << "the config records every value its run used";
+  // An integral float (a log_range grid value, 30.0) is an integer.
+  const TrainingConfig f = default_config({"scenario=knobs", "params.warmup_steps=40.0"});
+  EXPECT_TRUE(config_to_json(f)["params"]["warmup_steps"].is_number_integer());
+  auto error_of = [](const std::vector<std::string>& sets) {
+    try {
+      default_config(sets);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string typo = error_of({"scenario=knobs", "params.warmup_step=10"});
+  EXPECT_NE(typo.find("params.warmup_step = 10 is not a parameter of scenario \"knobs\""), std::string::npos) << typo;
+  EXPECT_NE(typo.find("did you mean \"warmup_steps\"?"), std::string::npos) << typo;
+  const std::string range = error_of({"scenario=knobs", "params.label_smoothing=0.9"});
+  EXPECT_NE(range.find("params.label_smoothing = 0.9 is not in [0, 0.5]"), std::string::npos) << range;
+  EXPECT_NE(range.find("hint: of the cross-entropy"), std::string::npos) << range;
+  EXPECT_NE(error_of({"scenario=knobs", "params.warmup_steps=2.5"}).find("params.warmup_steps = 2.5 must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of({"scenario=knobs", "params.norm=batch"}).find("params.norm = \"batch\" is not one of layer | rms | none"),
+            std::string::npos);
+  EXPECT_NE(error_of({"scenario=knobs", "params.tied=1"}).find("params.tied = 1 must be true or false"),
+            std::string::npos);
+  // Every bad param at once, beside the other fields' problems.
+  TrainingConfig bad = c;
+  bad.params.set("warmup_steps", -1);
+  bad.params.set("typo", 1);
+  bad.optimizer.lr = -1;
+  EXPECT_EQ(validate(bad).size(), 3u) << problems_of(bad);
+}
+
+TEST(ConfigSchedule, FieldsAreCheckedAndRoundTrip) {
+  const TrainingConfig c = default_config({"schedule.kind=cosine", "schedule.warmup_steps=30", "schedule.min_lr=0.001",
+                                           "accumulation_steps=4"});
+  EXPECT_EQ(c.schedule.kind, ScheduleKind::kCosine);
+  EXPECT_EQ(config_to_json(config_from_json(config_to_json(c), "x")), config_to_json(c));
+  EXPECT_EQ(describe_schedule(c.schedule), "warm-up 30 steps, then cosine to 0.001");
+  EXPECT_EQ(describe_schedule(ScheduleConfig{}), "");
+  TrainingConfig bad;
+  bad.schedule.min_lr = 1;
+  bad.schedule.gamma = 0;
+  bad.schedule.step_size = 0;
+  bad.accumulation_steps = 0;
+  std::vector<std::string> fields;
+  for (const Problem& p : validate(bad)) fields.push_back(p.field);
+  for (const char* f : {"schedule.min_lr", "schedule.gamma", "schedule.step_size", "accumulation_steps"}) {
+    EXPECT_NE(std::find(fields.begin(), fields.end(), f), fields.end()) << f << "\n" << problems_of(bad);
+  }
+  EXPECT_NE(parse_error({{"schedule", {{"kind", "cosin"}}}}).find("did you mean \"cosine\"?"), std::string::npos);
+}
+
+TEST(LrSchedule, EachKindFollowsItsFormula) {
+  ScheduleConfig s;
+  EXPECT_TRUE(lr_is_constant(s));
+  EXPECT_EQ(lr_factor(s, 0.1, 50, 100), 1.0);
+  s.warmup_steps = 10;
+  EXPECT_FALSE(lr_is_constant(s));
+  EXPECT_DOUBLE_EQ(lr_factor(s, 0.1, 0, 100), 0.1);
+  EXPECT_DOUBLE_EQ(lr_factor(s, 0.1, 9, 100), 1.0);
+  EXPECT_DOUBLE_EQ(lr_factor(s, 0.1, 60, 100), 1.0) << "constant after the warm-up";
+  s.kind = ScheduleKind::kCosine;
+  s.min_lr = 0.01;
+  EXPECT_DOUBLE_EQ(lr_factor(s, 0.1, 10, 101), 1.0) << "the decay starts at the peak";
+  EXPECT_DOUBLE_EQ(lr_factor(s, 0.1, 55, 101), 0.1 + 0.9 * 0.5) << "half way: the mean of peak and floor";
+  EXPECT_DOUBLE_EQ(lr_factor(s, 0.1, 100, 101), 0.1) << "min_lr / lr at the last step";
+  EXPECT_DOUBLE_EQ(lr_factor(s, 0.1, 500, 101), 0.1) << "and after it";
+  s.kind = ScheduleKind::kLinear;
+  EXPECT_DOUBLE_EQ(lr_factor(s, 0.1, 55, 101), 1 - 0.9 * 0.5);
+  s.decay_steps = 20;
+  EXPECT_DOUBLE_EQ(lr_factor(s, 0.1, 15, 1000), 1 - 0.9 * 0.5) << "decay_steps ends the decay early";
+  s.kind = ScheduleKind::kStep;
+  s.step_size = 5;
+  s.gamma = 0.5;
+  EXPECT_DOUBLE_EQ(lr_factor(s, 0.1, 14, 100), 1.0);
+  EXPECT_DOUBLE_EQ(lr_factor(s, 0.1, 15, 100), 0.5);
+  EXPECT_DOUBLE_EQ(lr_factor(s, 0.1, 27, 100), 0.125);
 }
 
 TEST(Files, AtomicWriteLeavesNoTempFileAndReplacesContent) {
