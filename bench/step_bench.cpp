@@ -31,14 +31,14 @@ void bench_setup() { configure_runtime(bench_config()); }
 namespace {
 
 // One step in mode 0 (plain), 1 (monitored) or 2 (monitored, fail-fast).
-void step(int mode, Scenario& scenario, const Batch& batch, Monitor& monitor) {
+void step(int mode, Trainer& trainer, const std::vector<Batch>& batch, Monitor& monitor) {
   if (mode == 0) {
-    benchmark::DoNotOptimize(train_step(scenario, batch, nullptr));
+    benchmark::DoNotOptimize(trainer.step(0, batch, nullptr));
     return;
   }
   monitor.set_fail_fast(mode == 2);
-  monitor.begin_step(batch);
-  train_step(scenario, batch, &monitor);
+  monitor.begin_step(0, batch);
+  trainer.step(0, batch, &monitor);
   benchmark::DoNotOptimize(monitor.finish_step());
 }
 
@@ -47,9 +47,10 @@ void BM_CnnStep(benchmark::State& state) {
   const TrainingConfig config = bench_config();
   configure_runtime(config);
   std::unique_ptr<Scenario> scenario = make_scenario(config);
-  const Batch batch = *scenario->next_batch();
+  Trainer trainer(*scenario);
+  const std::vector<Batch> batch = trainer.next_batches();
   Monitor monitor(*scenario, config.health);
-  for (auto _ : state) step(mode, *scenario, batch, monitor);
+  for (auto _ : state) step(mode, trainer, batch, monitor);
   state.SetLabel(mode == 0 ? "plain" : mode == 1 ? "monitored" : "monitored, fail-fast");
 }
 BENCHMARK(BM_CnnStep)->Arg(0)->Arg(1)->Arg(2)->ArgName("mode")->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -62,7 +63,8 @@ void BM_CnnStepInterleaved(benchmark::State& state) {
   const TrainingConfig config = bench_config();
   configure_runtime(config);
   std::unique_ptr<Scenario> scenario = make_scenario(config);
-  const Batch batch = *scenario->next_batch();
+  Trainer trainer(*scenario);
+  const std::vector<Batch> batch = trainer.next_batches();
   Monitor monitor(*scenario, config.health);
   std::vector<double> ms[3];
   int64_t i = 0;
@@ -70,7 +72,7 @@ void BM_CnnStepInterleaved(benchmark::State& state) {
     for (int k = 0; k < 3; ++k) {
       const int mode = int((i + k) % 3);  // rotate which mode goes first
       const auto t0 = std::chrono::steady_clock::now();
-      step(mode, *scenario, batch, monitor);
+      step(mode, trainer, batch, monitor);
       ms[mode].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     ++i;

@@ -7,6 +7,9 @@
 
 #include "harness/monitor.h"
 #include "scenarios/catalog.h"
+#include "scenarios/error.h"
+#include "scenarios/lr_schedule.h"
+#include "scenarios/optimizers.h"
 
 namespace spikehunt {
 
@@ -35,50 +38,156 @@ void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
   for (torch::Tensor& g : grads) g.mul_(coef);
 }
 
-torch::Tensor train_step(Scenario& s, const Batch& b, Monitor* monitor) {
-  s.optimizer().zero_grad();
-  torch::Tensor out = s.forward(b.inputs, monitor ? monitor->tap() : Tap());
-  torch::Tensor loss = s.loss(out, b.targets);
-  if (monitor) monitor->after_loss(loss);
-  loss.backward();
-  if (monitor) monitor->after_backward();
-  if (s.grad_clip() > 0) clip_grad_norm(s.model().parameters(), s.grad_clip());
-  s.optimizer_step();
-  return loss;
+// ---- the trainer ----
+
+Trainer::Trainer(Scenario& scenario, bool schedule)
+    : s_(scenario), k_(std::max<int64_t>(1, scenario.config().accumulation_steps)), schedule_(schedule) {
+  for (const NamedOptimizer& o : s_.optimizers()) {
+    std::vector<double> lrs;
+    for (auto& group : o.optimizer->param_groups()) lrs.push_back(group_lr(group));
+    base_lr_.push_back(std::move(lrs));
+  }
 }
+
+int64_t Trainer::planned_steps() const { return (s_.planned_steps() + k_ - 1) / k_; }
+
+std::vector<Batch> Trainer::next_batches() {
+  std::vector<Batch> batches;
+  try {
+    while (int64_t(batches.size()) < k_) {
+      std::optional<Batch> b = s_.next_batch();
+      if (!b) break;
+      batches.push_back(std::move(*b));
+    }
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw training_error("data", e, context_);
+  }
+  return batches;
+}
+
+int64_t Trainer::skip_steps(int64_t n) {
+  const int64_t batches = s_.skip_batches(n * k_);
+  return batches / k_;
+}
+
+void Trainer::apply_schedule(int64_t step) {
+  const TrainingConfig& c = s_.config();
+  if (!schedule_ || lr_is_constant(c.schedule)) return;
+  const double factor = lr_factor(c.schedule, c.optimizer.lr, step, planned_steps());
+  const std::vector<NamedOptimizer> optimizers = s_.optimizers();
+  for (size_t o = 0; o < optimizers.size() && o < base_lr_.size(); ++o) {
+    auto& groups = optimizers[o].optimizer->param_groups();
+    for (size_t g = 0; g < groups.size() && g < base_lr_[o].size(); ++g) set_group_lr(groups[g], base_lr_[o][g] * factor);
+  }
+}
+
+namespace {
+
+// What the error message explanations may use about the batch being trained.
+void note_batch(const Batch& b, ErrorContext* c) {
+  c->input_shape = b.inputs.defined() ? b.inputs.sizes().vec() : std::vector<int64_t>{};
+  const torch::Tensor& y = b.host_targets.defined() ? b.host_targets : b.targets;
+  c->target_dtype = y.defined() ? std::string(c10::toString(y.scalar_type())) : "";
+  c->label_min = 0, c->label_max = -1;
+  if (y.defined() && y.numel() > 0 && !y.is_floating_point() && y.is_cpu()) {
+    c->label_min = y.min().item<int64_t>();
+    c->label_max = y.max().item<int64_t>();
+  }
+}
+
+}  // namespace
+
+torch::Tensor Trainer::step(int64_t step, const std::vector<Batch>& batches, Monitor* monitor) {
+  const char* stage = "forward";
+  try {
+    s_.model().zero_grad();  // the model holds every optimizer's parameters (scenario.h)
+    torch::Tensor total;
+    for (const Batch& b : batches) {
+      note_batch(b, &context_);
+      stage = "forward";
+      const torch::Tensor out = s_.forward(b.inputs, monitor ? monitor->tap() : Tap());
+      context_.output_shape = out.sizes().vec();
+      if (monitor) monitor->after_forward(out);
+      stage = "loss";
+      const torch::Tensor loss = s_.loss(out, b.targets);
+      if (monitor) monitor->after_loss(loss);
+      stage = "backward";
+      if (batches.size() == 1) loss.backward();
+      else (loss / double(batches.size())).backward();
+      total = total.defined() ? total + loss.detach() : loss.detach();
+    }
+    if (monitor) monitor->after_backward();
+    stage = "optimizer_step";
+    if (s_.grad_clip() > 0) clip_grad_norm(s_.model().parameters(), s_.grad_clip());
+    apply_schedule(step);
+    s_.optimizer_step();
+    return batches.size() == 1 ? total : total / double(batches.size());
+  } catch (const Monitor::FailFast&) {
+    throw;
+  } catch (const InputError&) {
+    throw;
+  } catch (const TrainingError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw training_error(stage, e, context_);
+  }
+}
+
+void set_crashed(Verdict& v, const TrainingError& e) {
+  v.outcome = Outcome::kCrashed;
+  v.message = e.message();
+  v.crash_stage = e.stage();
+  v.crash_cause = e.cause();
+}
+
+// ---- the burst ----
 
 BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstOptions& options) {
   BurstResult result{Verdict{}, Trace(options.trace_capacity), {}, std::nullopt, std::nullopt};
   Verdict& v = result.verdict;
-  v.planned_steps = scenario.planned_steps();
   const auto start = Clock::now();
+  std::optional<Trainer> trainer;
   std::optional<Monitor> monitor;
-  if (options.monitor) monitor.emplace(scenario, rules);
+  try {
+    trainer.emplace(scenario);
+    v.planned_steps = trainer->planned_steps();
+    if (options.monitor) monitor.emplace(scenario, rules);
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {  // the scenario breaks its contract (scenario.h), or its code throws
+    set_crashed(v, training_error("setup", e, {}));
+    v.wall_seconds = ms_since(start) / 1000.0;
+    return result;
+  }
   if (monitor) monitor->set_fail_fast(options.fail_fast);
   if (monitor && options.resume) {
     monitor->restore(*options.resume);
     v.hash_chain = options.resume->chain;
   }
   StateSnapshot entering;  // the state entering the current step, until the onset
+  int64_t step = options.start_step;
 
   try {
     while (options.max_steps < 0 || v.steps_run < options.max_steps) {
-      std::optional<Batch> batch = scenario.next_batch();
-      if (!batch) break;
+      const std::vector<Batch> batches = trainer->next_batches();
+      if (batches.empty()) break;
       const auto t0 = Clock::now();
       if (!monitor) {
-        train_step(scenario, *batch, nullptr);
+        trainer->step(step++, batches, nullptr);
         ++v.steps_run;
         continue;
       }
-      if (options.keep_states && !v.onset_step) entering = {batch->step, capture_state(scenario), monitor->state()};
+      if (options.keep_states && !v.onset_step) entering = {step, capture_state(scenario), monitor->state()};
       try {
-        monitor->begin_step(*batch);
-        train_step(scenario, *batch, &*monitor);
+        monitor->begin_step(step, batches);
+        trainer->step(step, batches, &*monitor);
       } catch (const Monitor::FailFast&) {
         // cut short at its first non-finite statistic; recorded below as it stands
       }
       StepRecord r = monitor->finish_step();
+      ++step;
       r.step_ms = ms_since(t0);
       ++v.steps_run;
       v.hash_chain = monitor->hash_chain();
@@ -107,9 +216,8 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
       if (r.health == Health::kNonFinite) break;
       if (r.health == Health::kExtreme && rules.stop_at == StopAt::kExtreme) break;
     }
-  } catch (const c10::Error& e) {
-    v.outcome = Outcome::kCrashed;
-    v.message = e.what_without_backtrace();
+  } catch (const TrainingError& e) {
+    set_crashed(v, e);
   }
   v.wall_seconds = ms_since(start) / 1000.0;
   return result;
@@ -140,7 +248,16 @@ void configure_runtime(const TrainingConfig& config) {
 
 BurstResult run_config(const TrainingConfig& config, const BurstOptions& options) {
   configure_runtime(config);
-  std::unique_ptr<Scenario> scenario = make_scenario(config);
+  std::unique_ptr<Scenario> scenario;
+  try {
+    scenario = make_scenario(config);
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {  // the scenario's own constructor threw
+    BurstResult r{Verdict{}, Trace(options.trace_capacity), {}, std::nullopt, std::nullopt};
+    set_crashed(r.verdict, training_error("setup", e, {}));
+    return r;
+  }
   return run_burst(*scenario, config.health, options);
 }
 

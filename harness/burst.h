@@ -1,8 +1,11 @@
 // burst.h — runs a scenario's training steps under the monitor and returns
 // the verdict: healthy, extreme (finite but past a health rule), non_finite
-// (with the faulting tensor), or crashed (the training code threw).
-// The burst stops at the first non-finite step (or at the first extreme one
-// when health.stop_at is "extreme").
+// (with the faulting tensor), or crashed (the training code threw: the stage
+// and, where spikehunt can tell, the cause). The burst stops at the first
+// non-finite step (or at the first extreme one when health.stop_at is
+// "extreme"). Trainer is the harness's side of the scenario contract
+// (scenario.h): zeroing, micro-batch accumulation, clipping, the learning-rate
+// schedule, and the optimizer step.
 // Example:
 //   BurstResult r = run_config(config, BurstOptions{});
 //   if (r.verdict.outcome == Outcome::kNonFinite) std::cout << r.verdict.fault->describe();
@@ -15,6 +18,7 @@
 #include "harness/record.h"
 #include "harness/state.h"
 #include "harness/trace.h"
+#include "harness/training_error.h"
 #include "scenarios/config.h"
 #include "scenarios/scenario.h"
 
@@ -27,9 +31,11 @@ struct BurstOptions {
   bool keep_states = false;  // keep the last healthy and first bad model+optimizer state
   size_t trace_capacity = 1024;
   std::function<void(const StepRecord&)> on_step;  // called after every monitored step
-  // Continue a checkpointed burst: the scenario's state and data position are
-  // already restored; this restores the monitor's chain and health windows.
+  // Continue a checkpointed burst at optimizer step `start_step`: the
+  // scenario's state is restored and its data skipped to that step (Trainer::
+  // skip_steps); this restores the monitor's chain and health windows.
   std::optional<MonitorState> resume;
+  int64_t start_step = 0;
   int64_t max_steps = -1;  // stop after this many steps (-1: when the protocol ends)
   // Check every statistic the moment it is taken and stop the step at the
   // first non-finite one (a NaN tap ends the step before backward and the
@@ -57,16 +63,48 @@ struct BurstResult {
 // but without its host sync.
 void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
 
-// One optimizer step: zero_grad, forward (taps to `monitor`), loss, backward,
-// clipping, step. `monitor` may be null (plain training); the caller brackets
-// it with monitor->begin_step() and monitor->finish_step().
-torch::Tensor train_step(Scenario& scenario, const Batch& batch, Monitor* monitor);
+// The harness's side of one optimizer step (the contract in scenario.h):
+// zero the model's gradients; for each of config().accumulation_steps
+// micro-batches forward, loss and (loss / k).backward(); clip to grad_clip();
+// set every group's learning rate from config().schedule; optimizer_step().
+// What the scenario's code throws comes out as a TrainingError naming the stage.
+class Trainer {
+ public:
+  // Remembers every optimizer group's learning rate as the schedule's base.
+  // `schedule` false: leave the learning rates as they are (doctor's overfit check).
+  explicit Trainer(Scenario& scenario, bool schedule = true);
+
+  int64_t accumulation() const { return k_; }
+  int64_t planned_steps() const;  // optimizer steps in the whole protocol
+  // The next optimizer step's micro-batches (fewer at the very end; none when done).
+  std::vector<Batch> next_batches();
+  // Moves the data on by n optimizer steps without training; returns the steps skipped.
+  int64_t skip_steps(int64_t n);
+  // Trains optimizer step `step` on `batches`. With a monitor, the caller
+  // brackets it with monitor->begin_step(step, batches) and finish_step().
+  // Returns the mean loss over the micro-batches.
+  torch::Tensor step(int64_t step, const std::vector<Batch>& batches, Monitor* monitor);
+  // Sets every group to its base learning rate × the schedule's factor at `step`.
+  void apply_schedule(int64_t step);
+  const ErrorContext& context() const { return context_; }
+
+ private:
+  Scenario& s_;
+  int64_t k_;
+  bool schedule_;
+  std::vector<std::vector<double>> base_lr_;  // per optimizer, per group
+  ErrorContext context_;
+};
 
 BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstOptions& options);
 
-// Sets the thread count and determinism flags, builds the built-in scenario
-// and runs it.
+// Sets the thread count and determinism flags, builds the config's scenario
+// and runs it. A scenario whose construction throws is a crashed verdict
+// (stage "setup"); bad input is still an InputError.
 void configure_runtime(const TrainingConfig& config);
 BurstResult run_config(const TrainingConfig& config, const BurstOptions& options);
+
+// A crashed verdict from a TrainingError.
+void set_crashed(Verdict& v, const TrainingError& e);
 
 }  // namespace spikehunt

@@ -1,6 +1,7 @@
 #include "harness/hash.h"
 
 #include <cstdio>
+#include <new>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -31,6 +32,20 @@ bool Hash128::parse(const std::string& hex, Hash128* out) {
 
 Hash128 hash_bytes(const void* data, size_t size) {
   const XXH128_hash_t h = XXH3_128bits(data, size);
+  return {h.high64, h.low64};
+}
+
+Hasher::Hasher() : state_(XXH3_createState()) {
+  if (state_ == nullptr) throw std::bad_alloc();
+  XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+
+Hasher::~Hasher() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+
+void Hasher::update(const void* data, size_t size) { XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), data, size); }
+
+Hash128 Hasher::digest() const {
+  const XXH128_hash_t h = XXH3_128bits_digest(static_cast<XXH3_state_t*>(state_));
   return {h.high64, h.low64};
 }
 

@@ -19,6 +19,21 @@ struct Hash128 {
 };
 
 Hash128 hash_bytes(const void* data, size_t size);
+
+// XXH3-128 of several buffers as if they were one (the bytes of a step's
+// micro-batches): the same value hash_bytes gives their concatenation.
+class Hasher {
+ public:
+  Hasher();
+  ~Hasher();
+  Hasher(const Hasher&) = delete;
+  Hasher& operator=(const Hasher&) = delete;
+  void update(const void* data, size_t size);
+  Hash128 digest() const;
+
+ private:
+  void* state_;  // XXH3_state_t
+};
 Hash128 chain(const Hash128& previous, const Hash128& input, const Hash128& labels);
 
 }  // namespace spikehunt

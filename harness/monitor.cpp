@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
+#include "scenarios/optimizers.h"
 #include "scenarios/stats_kernels.h"
 
 namespace spikehunt {
@@ -78,10 +80,20 @@ TensorSummary summarize(const torch::Tensor& t) {
 // ---- the monitor ----
 
 Monitor::Monitor(Scenario& scenario, const HealthRules& rules)
-    : scenario_(scenario),
-      params_(named_parameters(scenario.model())),
-      phase_names_(scenario.phase_names()),
-      judge_(rules) {}
+    : scenario_(scenario), optimizers_(scenario.optimizers()), phase_names_(scenario.phase_names()), judge_(rules) {
+  // Every group of every optimizer, in order (also a group without parameters).
+  std::map<std::pair<int, int>, int> group_index;
+  for (size_t o = 0; o < optimizers_.size(); ++o) {
+    for (size_t g = 0; g < optimizers_[o].optimizer->param_groups().size(); ++g) {
+      group_index[{int(o), int(g)}] = int(groups_.size());
+      groups_.emplace_back(int(o), int(g));
+    }
+  }
+  for (const ParamSlot& p : parameter_slots(scenario)) {
+    params_.push_back({p.name, p.tensor});
+    param_group_.push_back(p.optimizer >= 0 ? group_index.at({p.optimizer, p.group}) : -1);
+  }
+}
 
 int Monitor::reserve(int n) {
   const int slot = static_cast<int>(values_.size());
@@ -156,35 +168,53 @@ void Monitor::restore(const MonitorState& s) {
   after_cache_.clear();
 }
 
-void Monitor::begin_step(const Batch& batch) {
+void Monitor::begin_step(int64_t step, const std::vector<Batch>& batches) {
   torch::NoGradGuard no_grad;
   record_ = StepRecord{};
   values_.clear();
   device_.clear();
   checks_.clear();
   taps_.clear();
+  loss_slots_.clear();
+  input_slots_.clear();
+  output_slots_.clear();
   layers_.assign(params_.size(), LayerSlots{});
-  record_.step = batch.step;
-  record_.phase = batch.phase;
-  record_.phase_name = batch.phase < int64_t(phase_names_.size()) ? phase_names_[batch.phase] : "";
-  record_.epoch = batch.epoch;
-  record_.batch = batch.batch;
+  const Batch& first = batches.front();
+  record_.step = step;
+  record_.phase = first.phase;
+  record_.phase_name = first.phase >= 0 && first.phase < int64_t(phase_names_.size()) ? phase_names_[first.phase] : "";
+  record_.epoch = first.epoch;
+  record_.batch = first.batch;
+  record_.micro_batches = int64_t(batches.size());
 
   // Hashes and the label histogram come from the host copies: no device sync.
-  const torch::Tensor hx = (batch.host_inputs.defined() ? batch.host_inputs : batch.inputs.to(torch::kCPU)).contiguous();
-  const torch::Tensor hy = (batch.host_targets.defined() ? batch.host_targets : batch.targets.to(torch::kCPU)).contiguous();
-  record_.input_hash = hash_bytes(hx.data_ptr(), hx.nbytes());
-  record_.label_hash = hash_bytes(hy.data_ptr(), hy.nbytes());
-  chain_ = chain(chain_, record_.input_hash, record_.label_hash);
-  if (hy.scalar_type() == torch::kInt64) {
-    record_.label_histogram.assign(size_t(scenario_.num_classes()), 0);
-    const int64_t* y = hy.data_ptr<int64_t>();
-    for (int64_t i = 0; i < hy.numel(); ++i) {
-      if (y[i] >= 0 && y[i] < scenario_.num_classes()) ++record_.label_histogram[y[i]];
+  Hasher inputs, labels;
+  for (const Batch& batch : batches) {
+    const torch::Tensor hx = (batch.host_inputs.defined() ? batch.host_inputs : batch.inputs.to(torch::kCPU)).contiguous();
+    const torch::Tensor hy = (batch.host_targets.defined() ? batch.host_targets : batch.targets.to(torch::kCPU)).contiguous();
+    inputs.update(hx.data_ptr(), hx.nbytes());
+    labels.update(hy.data_ptr(), hy.nbytes());
+    if (hy.scalar_type() == torch::kInt64) {
+      record_.label_histogram.resize(size_t(scenario_.num_classes()), 0);
+      const int64_t* y = hy.data_ptr<int64_t>();
+      for (int64_t i = 0; i < hy.numel(); ++i) {
+        if (y[i] >= 0 && y[i] < scenario_.num_classes()) ++record_.label_histogram[y[i]];
+      }
     }
   }
-  input_slot_ = push_max(batch.inputs);
-  check(Stage::kForward, "input", batch.inputs, input_slot_);
+  record_.input_hash = inputs.digest();
+  record_.label_hash = labels.digest();
+  chain_ = chain(chain_, record_.input_hash, record_.label_hash);
+  for (const Batch& batch : batches) {
+    input_slots_.push_back(push_max(batch.inputs));
+    check(Stage::kForward, "input", batch.inputs, input_slots_.back());
+  }
+}
+
+void Monitor::after_forward(const torch::Tensor& output) {
+  torch::NoGradGuard no_grad;
+  output_slots_.push_back(push_max(output));
+  check(Stage::kForward, "output", output, output_slots_.back());
 }
 
 void Monitor::on_tap(const char* name, const torch::Tensor& t) {
@@ -204,8 +234,8 @@ void Monitor::on_tap_max(const char* name, const torch::Tensor& t, double max_ab
 
 void Monitor::after_loss(const torch::Tensor& loss) {
   torch::NoGradGuard no_grad;
-  loss_slot_ = push_scalar(loss.detach());
-  check(Stage::kLoss, "loss", loss, loss_slot_);
+  loss_slots_.push_back(push_scalar(loss.detach()));
+  check(Stage::kLoss, "loss", loss, loss_slots_.back());
 }
 
 void Monitor::after_backward() {
@@ -290,11 +320,17 @@ StepRecord Monitor::finish_step() {
   // max that propagates NaN, like the device reductions
   auto fold_max = [](double acc, double x) { return std::isnan(x) || std::isnan(acc) ? NAN : std::max(acc, x); };
   StepRecord& r = record_;
-  r.loss = at(loss_slot_);
-  r.input_max = at(input_slot_);
-  for (const auto& [name, slot] : taps_) {
-    r.taps.push_back({name, at(slot)});
-    r.activation_max = fold_max(r.activation_max, at(slot));
+  double loss_sum = 0;
+  for (int slot : loss_slots_) loss_sum += at(slot);
+  r.loss = loss_slots_.size() <= 1 ? loss_sum : loss_sum / double(loss_slots_.size());
+  for (int slot : input_slots_) r.input_max = fold_max(r.input_max, at(slot));
+  for (int slot : output_slots_) r.output_max = fold_max(r.output_max, at(slot));
+  for (const auto& tap : taps_) {  // a tap seen in several micro-batches: its max over them
+    const double m = at(tap.second);
+    auto same = std::find_if(r.taps.begin(), r.taps.end(), [&](const TapStats& t) { return t.name == tap.first; });
+    if (same == r.taps.end()) r.taps.push_back({tap.first, m});
+    else same->max_abs = fold_max(same->max_abs, m);
+    r.activation_max = fold_max(r.activation_max, m);
   }
   double grad_sq = 0, before_sq = 0, after_sq = 0, state_sq = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -320,6 +356,21 @@ StepRecord Monitor::finish_step() {
     r.state_max = fold_max(r.state_max, l.state_max);
     r.layers.push_back(std::move(l));
   }
+  // Per optimizer group: its state and the learning rate it applied.
+  std::vector<double> group_sq(groups_.size(), 0.0);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const auto [o, k] = groups_[g];
+    r.groups.push_back({optimizers_[size_t(o)].name, k,
+                        group_lr(optimizers_[size_t(o)].optimizer->param_groups()[size_t(k)]), 0, 0});
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int g = param_group_[i];
+    if (g < 0) continue;
+    group_sq[size_t(g)] += r.layers[i].state_norm * r.layers[i].state_norm;
+    r.groups[size_t(g)].state_max = fold_max(r.groups[size_t(g)].state_max, r.layers[i].state_max);
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) r.groups[g].state_norm = std::sqrt(group_sq[g]);
+  if (!r.groups.empty()) r.lr = r.groups.front().lr;
   r.grad_norm = std::sqrt(grad_sq);
   r.param_norm_before = std::sqrt(before_sq);
   r.param_norm_after = std::sqrt(after_sq);

@@ -4,13 +4,14 @@
 // the training device, copies them to the host once per step, judges the
 // step's health, and names the first non-finite tensor with its stage and
 // NaN/+Inf/−Inf counts (counted only then).
-// Example (what run_burst does):
+// An optimizer step may cover several micro-batches (gradient accumulation):
+// their bytes are hashed as one, their label counts summed, the loss is their
+// mean, and each tap's max is the max over them. Optimizer state is also
+// summed up per optimizer group, with the learning rate each group applied.
+// Example (what run_burst does, with Trainer in burst.h):
 //   Monitor monitor(scenario, config.health);
-//   monitor.begin_step(batch);
-//   auto out = scenario.forward(batch.inputs, monitor.tap());
-//   auto loss = scenario.loss(out, batch.targets);  monitor.after_loss(loss);
-//   loss.backward();                                 monitor.after_backward();
-//   scenario.optimizer().step();
+//   monitor.begin_step(step, batches);
+//   trainer.step(step, batches, &monitor);  // forward (taps), after_forward, after_loss, after_backward
 //   StepRecord r = monitor.finish_step();
 #pragma once
 
@@ -56,13 +57,19 @@ TensorSummary summarize(const torch::Tensor& t);
 
 class Monitor : public TapSink {
  public:
+  // Throws std::logic_error when the scenario breaks its contract (an
+  // optimizer updates a tensor that is not a model parameter).
   Monitor(Scenario& scenario, const HealthRules& rules);
 
   Tap tap() { return Tap(this); }
-  void begin_step(const Batch& batch);
+  // Starts optimizer step `step` over its micro-batches: hashes their bytes,
+  // counts their labels, reads their inputs.
+  void begin_step(int64_t step, const std::vector<Batch>& batches);
+  void begin_step(const Batch& batch) { begin_step(batch.step, {batch}); }
   void on_tap(const char* name, const torch::Tensor& t) override;
   void on_tap_max(const char* name, const torch::Tensor& t, double max_abs) override;
-  void after_loss(const torch::Tensor& loss);
+  void after_forward(const torch::Tensor& output);  // what forward returned: its max |x|, once per micro-batch
+  void after_loss(const torch::Tensor& loss);       // the unscaled loss, once per micro-batch
   void after_backward();     // gradients, and the parameters before the step
   StepRecord finish_step();  // after the optimizer step; the one host copy
 
@@ -106,6 +113,9 @@ class Monitor : public TapSink {
 
   Scenario& scenario_;
   std::vector<NamedTensor> params_;
+  std::vector<int> param_group_;         // per parameter: index into groups_ (-1: no optimizer)
+  std::vector<NamedOptimizer> optimizers_;
+  std::vector<std::pair<int, int>> groups_;  // (optimizer, group) in order
   std::vector<std::string> phase_names_;
   HealthJudge judge_;
   Hash128 chain_;
@@ -116,7 +126,7 @@ class Monitor : public TapSink {
   std::vector<Check> checks_;
   std::vector<LayerSlots> layers_;
   std::vector<std::pair<std::string, int>> taps_;
-  int loss_slot_ = -1, input_slot_ = -1;
+  std::vector<int> loss_slots_, input_slots_, output_slots_;  // one per micro-batch
   bool fail_fast_ = false;
   // Each parameter's statistics after the last step: reused as "before" the
   // next one when the tensor is untouched (same storage, same version counter).

@@ -96,7 +96,9 @@ json to_json(const StepRecord& r) {
             {"state_norm", number(r.state_norm)},
             {"state_max", number(r.state_max)},
             {"input_max", number(r.input_max)},
+            {"output_max", number(r.output_max)},
             {"activation_max", number(r.activation_max)},
+            {"lr", number(r.lr)},
             {"activations", taps},
             {"layers", layers},
             {"input_hash", r.input_hash.hex()},
@@ -106,6 +108,15 @@ json to_json(const StepRecord& r) {
             {"rules", r.rules},
             {"step_ms", r.step_ms}};
   if (r.fault) j["fault"] = to_json(*r.fault);
+  if (r.micro_batches != 1) j["micro_batches"] = r.micro_batches;
+  if (r.groups.size() > 1) {
+    json groups = json::array();
+    for (const GroupStats& g : r.groups) {
+      groups.push_back({{"optimizer", g.optimizer}, {"group", g.group}, {"lr", number(g.lr)},
+                        {"state_norm", number(g.state_norm)}, {"state_max", number(g.state_max)}});
+    }
+    j["groups"] = groups;
+  }
   return j;
 }
 
@@ -185,6 +196,8 @@ Verdict verdict_from_json(const json& j, const std::string& file) {
     v.wall_seconds = number_from(j.at("wall_seconds"));
     v.hash_chain = hash_from(j.at("hash_chain"), "verdict.hash_chain", file);
     v.message = j.at("message").get<std::string>();
+    v.crash_stage = j.value("stage", std::string());
+    v.crash_cause = j.value("cause", std::string());
     return v;
   } catch (const json::exception& e) {
     throw InputError(file, "verdict", "", std::string("is malformed: ") + e.what());
@@ -226,7 +239,7 @@ BurstSummary summary_from_json(const json& j, const std::string& file) {
 
 json to_json(const Verdict& v) {
   auto opt = [](const std::optional<int64_t>& x) { return x ? json(*x) : json(nullptr); };
-  return {{"outcome", to_string(v.outcome)},
+  json j = {{"outcome", to_string(v.outcome)},
           {"onset_step", opt(v.onset_step)},
           {"failure_step", opt(v.failure_step)},
           {"lead_time", opt(v.lead_time())},
@@ -237,6 +250,9 @@ json to_json(const Verdict& v) {
           {"wall_seconds", v.wall_seconds},
           {"hash_chain", v.hash_chain.hex()},
           {"message", v.message}};
+  if (!v.crash_stage.empty()) j["stage"] = v.crash_stage;
+  if (!v.crash_cause.empty()) j["cause"] = v.crash_cause;
+  return j;
 }
 
 }  // namespace spikehunt

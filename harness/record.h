@@ -45,6 +45,15 @@ struct LayerStats {
   double state_max = 0;          // max |state element|
 };
 
+// One param group of one optimizer at a step.
+struct GroupStats {
+  std::string optimizer;  // its name in Scenario::optimizers()
+  int64_t group = 0;      // index of the group in that optimizer
+  double lr = 0;          // the learning rate this step applied
+  double state_norm = 0;  // L2 over the group's optimizer state
+  double state_max = 0;   // max |state element| in the group
+};
+
 struct TapStats {
   std::string name;  // e.g. "fc1_act"
   double max_abs = 0;
@@ -64,11 +73,15 @@ struct StepRecord {
   double state_norm = 0;         // global L2 of the optimizer state
   double state_max = 0;          // max |optimizer state element|
   double input_max = 0;          // max |input|
+  double output_max = 0;         // max |output| (what forward returned)
   double activation_max = 0;     // max over taps of max |activation|
+  double lr = 0;                 // the learning rate of the first optimizer's first group this step
+  int64_t micro_batches = 1;     // batches accumulated into this optimizer step
   std::vector<LayerStats> layers;
+  std::vector<GroupStats> groups;  // every group of every optimizer
   std::vector<TapStats> taps;    // in the order forward called them
-  Hash128 input_hash;            // XXH3-128 of the input tensor's bytes (float32, host order)
-  Hash128 label_hash;            // XXH3-128 of the label tensor's bytes (int64)
+  Hash128 input_hash;            // XXH3-128 of the input bytes (host order; of every micro-batch, in order)
+  Hash128 label_hash;            // XXH3-128 of the label bytes
   std::vector<int64_t> label_histogram;  // count per class in this batch
   Health health = Health::kFinite;
   std::vector<std::string> rules;  // health rules that fired
@@ -87,6 +100,8 @@ struct Verdict {
   double wall_seconds = 0;
   Hash128 hash_chain;                   // over every step's input and label hash
   std::string message;                  // crash or timeout details
+  std::string crash_stage;              // crashed: setup | data | forward | loss | backward | optimizer_step
+  std::string crash_cause;              // crashed: what the message means, when spikehunt can tell
   // failure_step - onset_step: the steps of warning before the NaN.
   std::optional<int64_t> lead_time() const;
 };

@@ -67,11 +67,12 @@ ReplayReport replay(const Repro& repro, const std::string& repro_path, const Rep
     const std::string file = beside(repro_path, repro.checkpoint->file);
     restore_state(*scenario, read_checkpoint(file), file);
     report.start_step = repro.checkpoint->step;
-    if (scenario->skip_batches(report.start_step) != report.start_step) {
+    if (Trainer(*scenario).skip_steps(report.start_step) != report.start_step) {
       report.mismatch = "the data ends before the checkpoint's step " + std::to_string(report.start_step);
       return report;
     }
     options_burst.resume = repro.checkpoint->monitor;
+    options_burst.start_step = report.start_step;
   }
   std::string first_mismatch;
   options_burst.on_step = [&](const StepRecord& r) {

@@ -1,7 +1,6 @@
 #include "harness/state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <c10/util/string_utils.h>
 
 #include <map>
 #include <memory>
@@ -9,6 +8,7 @@
 #include <mutex>
 
 #include "scenarios/error.h"
+#include "scenarios/optimizers.h"
 
 namespace spikehunt {
 
@@ -20,24 +20,6 @@ std::string shape_text(const torch::Tensor& t) {
   return s + "]";
 }
 
-std::string key_of(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
-
-// Adam and AdamW keep the same state in unrelated types.
-template <class AdamState>
-std::optional<int64_t> adam_step(torch::optim::OptimizerParamState* state) {
-  auto* a = dynamic_cast<AdamState*>(state);
-  return a ? std::optional<int64_t>(a->step()) : std::nullopt;
-}
-
-template <class AdamState>
-std::unique_ptr<torch::optim::OptimizerParamState> adam_state(const torch::Tensor& avg, const torch::Tensor& sq,
-                                                              const torch::Tensor& max, int64_t step) {
-  auto s = std::make_unique<AdamState>();
-  s->exp_avg(avg).exp_avg_sq(sq).step(step);
-  if (max.defined()) s->max_exp_avg_sq(max);
-  return s;
-}
-
 }  // namespace
 
 std::vector<NamedTensor> capture_state(Scenario& scenario) {
@@ -46,20 +28,26 @@ std::vector<NamedTensor> capture_state(Scenario& scenario) {
   torch::nn::Module& model = scenario.model();
   for (const auto& p : model.named_parameters()) out.push_back({"model." + p.key(), p.value().detach().clone()});
   for (const auto& b : model.named_buffers()) out.push_back({"model." + b.key(), b.value().detach().clone()});
-  for (const NamedTensor& s : optimizer_state_of(scenario.optimizer(), named_parameters(model))) {
-    out.push_back({"optim." + s.name, s.tensor.detach().clone()});
+  const std::vector<NamedOptimizer> optimizers = scenario.optimizers();
+  for (const NamedOptimizer& o : optimizers) {
+    if (state_buffer_names(*o.optimizer).empty() && !o.optimizer->state().empty()) {
+      throw std::logic_error("optimizer \"" + o.name + "\" is of a type whose state spikehunt cannot checkpoint "
+                             "(SGD, Adam, AdamW, RMSprop and Adagrad it can): run without checkpoints");
+    }
   }
-  auto& state = scenario.optimizer().state();
-  for (const auto& p : model.named_parameters()) {  // Adam's step counts
-    auto it = state.find(key_of(p.value()));
-    if (it == state.end()) continue;
-    std::optional<int64_t> step = adam_step<torch::optim::AdamParamState>(it->second.get());
-    if (!step) step = adam_step<torch::optim::AdamWParamState>(it->second.get());
-    if (step) out.push_back({"optim." + p.key() + ".step", torch::tensor(*step, torch::kInt64)});
+  std::vector<NamedTensor> steps;
+  for (const ParamSlot& p : parameter_slots(scenario)) {
+    if (p.optimizer < 0) continue;
+    std::optional<ParamState> s = param_state(*optimizers[size_t(p.optimizer)].optimizer, p.tensor);
+    if (!s) continue;
+    for (const NamedTensor& b : s->buffers) out.push_back({"optim." + p.name + "." + b.name, b.tensor.detach().clone()});
+    if (s->step) steps.push_back({"optim." + p.name + ".step", torch::tensor(*s->step, torch::kInt64)});
   }
+  out.insert(out.end(), steps.begin(), steps.end());  // Adam's step counts after the buffers, as before
   out.push_back({"rng.cpu", at::detail::getDefaultCPUGenerator().get_state()});
   return out;
 }
+
 void restore_state(Scenario& scenario, const std::vector<NamedTensor>& tensors, const std::string& source) {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> by_name;
@@ -85,35 +73,25 @@ void restore_state(Scenario& scenario, const std::vector<NamedTensor>& tensors, 
   for (const auto& p : model.named_parameters()) p.value().copy_(require("model." + p.key(), p.value()));
   for (const auto& b : model.named_buffers()) b.value().copy_(require("model." + b.key(), b.value()));
 
-  torch::optim::Optimizer& optimizer = scenario.optimizer();
-  auto& state = optimizer.state();
-  state.clear();
-  const bool sgd = dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr;
-  const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
-  const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
-  for (const auto& p : model.named_parameters()) {
-    const std::string prefix = "optim." + p.key() + ".";
-    const torch::Tensor& param = p.value();
-    auto buffer = [&](const char* name) {
-      return by_name.count(prefix + name) ? require(prefix + name, param) : torch::Tensor();
-    };
-    if (sgd) {
-      torch::Tensor m = buffer("momentum_buffer");
-      if (!m.defined()) continue;
-      auto s = std::make_unique<torch::optim::SGDParamState>();
-      s->momentum_buffer(m);
-      state[key_of(param)] = std::move(s);
-    } else if (adam || adamw) {
-      torch::Tensor avg = buffer("exp_avg"), sq = buffer("exp_avg_sq"), mx = buffer("max_exp_avg_sq");
-      torch::Tensor step = take(prefix + "step");
-      if (!avg.defined()) continue;
-      if (!sq.defined() || !step.defined() || step.numel() != 1) {
-        throw InputError(source, prefix + "exp_avg_sq / step", "", "is missing beside " + prefix + "exp_avg");
-      }
-      const int64_t n = step.to(torch::kCPU).to(torch::kInt64).item<int64_t>();
-      state[key_of(param)] = adam ? adam_state<torch::optim::AdamParamState>(avg, sq, mx, n)
-                                  : adam_state<torch::optim::AdamWParamState>(avg, sq, mx, n);
+  const std::vector<NamedOptimizer> optimizers = scenario.optimizers();
+  for (const NamedOptimizer& o : optimizers) o.optimizer->state().clear();
+  for (const ParamSlot& p : parameter_slots(scenario)) {
+    if (p.optimizer < 0) continue;
+    torch::optim::Optimizer& optimizer = *optimizers[size_t(p.optimizer)].optimizer;
+    const std::string prefix = "optim." + p.name + ".";
+    ParamState state;
+    for (const std::string& name : state_buffer_names(optimizer)) {
+      if (by_name.count(prefix + name)) state.buffers.push_back({name, require(prefix + name, p.tensor)});
     }
+    torch::Tensor step = take(prefix + "step");
+    if (state.buffers.empty()) continue;
+    if (keeps_step_count(optimizer)) {
+      if (!step.defined() || step.numel() != 1) {
+        throw InputError(source, prefix + "step", "", "is missing beside " + prefix + state.buffers.front().name);
+      }
+      state.step = step.to(torch::kCPU).to(torch::kInt64).item<int64_t>();
+    }
+    set_param_state(optimizer, p.tensor, state);
   }
   if (torch::Tensor rng = take("rng.cpu"); rng.defined()) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();

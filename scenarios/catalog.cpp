@@ -1,8 +1,10 @@
 #include "scenarios/catalog.h"
 
-#include <c10/util/string_utils.h>
+#include <cxxabi.h>
 
+#include <cstdlib>
 #include <map>
+#include <typeinfo>
 
 #include "scenarios/models.h"
 #include "scenarios/protocol.h"
@@ -21,8 +23,46 @@ int64_t Scenario::skip_batches(int64_t n) {
   return skipped;
 }
 
+namespace {
+
+// optimizer() and optimizers() default to each other: a scenario overrides one.
+struct Resolving {
+  explicit Resolving(bool& flag) : flag_(flag) {
+    if (flag_) throw std::logic_error("a Scenario must override optimizer() or optimizers()");
+    flag_ = true;
+  }
+  ~Resolving() { flag_ = false; }
+  bool& flag_;
+};
+
+}  // namespace
+
+torch::optim::Optimizer& Scenario::optimizer() {
+  Resolving guard(resolving_);
+  const std::vector<NamedOptimizer> all = optimizers();
+  if (all.empty() || all.front().optimizer == nullptr) throw std::logic_error("Scenario::optimizers() is empty");
+  return *all.front().optimizer;
+}
+
+std::vector<NamedOptimizer> Scenario::optimizers() {
+  Resolving guard(resolving_);
+  return {{"optimizer", &optimizer()}};
+}
+
+void Scenario::optimizer_step() {
+  for (const NamedOptimizer& o : optimizers()) o.optimizer->step();
+}
+
 std::vector<NamedTensor> Scenario::optimizer_state() {
-  return optimizer_state_of(optimizer(), named_parameters(model()));
+  const std::vector<NamedOptimizer> all = optimizers();
+  std::vector<NamedTensor> out;
+  for (const ParamSlot& p : parameter_slots(*this)) {
+    if (p.optimizer < 0) continue;
+    if (std::optional<ParamState> s = param_state(*all[size_t(p.optimizer)].optimizer, p.tensor)) {
+      for (NamedTensor& b : s->buffers) out.push_back({p.name + "." + b.name, std::move(b.tensor)});
+    }
+  }
+  return out;
 }
 
 std::vector<NamedTensor> named_parameters(torch::nn::Module& model) {
@@ -31,63 +71,7 @@ std::vector<NamedTensor> named_parameters(torch::nn::Module& model) {
   return out;
 }
 
-namespace {
-
-// Adam and AdamW keep the same moments in unrelated state types.
-template <class AdamState>
-bool add_moments(torch::optim::OptimizerParamState* state, const std::string& name, std::vector<NamedTensor>* out) {
-  auto* a = dynamic_cast<AdamState*>(state);
-  if (a == nullptr) return false;
-  out->push_back({name + ".exp_avg", a->exp_avg()});
-  out->push_back({name + ".exp_avg_sq", a->exp_avg_sq()});
-  if (a->max_exp_avg_sq().defined()) out->push_back({name + ".max_exp_avg_sq", a->max_exp_avg_sq()});
-  return true;
-}
-
-}  // namespace
-
-std::vector<NamedTensor> optimizer_state_of(torch::optim::Optimizer& optimizer,
-                                            const std::vector<NamedTensor>& params) {
-  std::vector<NamedTensor> out;
-  auto& state = optimizer.state();
-  for (const NamedTensor& p : params) {
-    auto it = state.find(c10::guts::to_string(p.tensor.unsafeGetTensorImpl()));
-    if (it == state.end()) continue;
-    if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
-      if (s->momentum_buffer().defined()) out.push_back({p.name + ".momentum_buffer", s->momentum_buffer()});
-    } else if (!add_moments<torch::optim::AdamParamState>(it->second.get(), p.name, &out)) {
-      add_moments<torch::optim::AdamWParamState>(it->second.get(), p.name, &out);
-    }
-  }
-  return out;
-}
-
-// ---- optimizers and devices ----
-
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& o,
-                                                        std::vector<torch::Tensor> params) {
-  switch (o.kind) {
-    case OptimizerKind::kSgd:
-      return std::make_unique<torch::optim::SGD>(
-          std::move(params), torch::optim::SGDOptions(o.lr)
-                                 .momentum(o.momentum)
-                                 .nesterov(o.nesterov)
-                                 .weight_decay(o.weight_decay));
-    case OptimizerKind::kAdam:
-      return std::make_unique<torch::optim::Adam>(
-          std::move(params), torch::optim::AdamOptions(o.lr)
-                                 .betas({o.betas[0], o.betas[1]})
-                                 .eps(o.eps)
-                                 .weight_decay(o.weight_decay));
-    case OptimizerKind::kAdamW:
-      return std::make_unique<torch::optim::AdamW>(
-          std::move(params), torch::optim::AdamWOptions(o.lr)
-                                 .betas({o.betas[0], o.betas[1]})
-                                 .eps(o.eps)
-                                 .weight_decay(o.weight_decay));
-  }
-  throw std::logic_error("unknown optimizer kind");
-}
+// ---- devices ----
 
 torch::Device resolve_device(DeviceKind kind) {
   if (kind == DeviceKind::kCpu) return torch::kCPU;
@@ -118,12 +102,12 @@ std::pair<torch::Tensor, torch::Tensor> gather_batch(const ImageSet& set,
 // ---- the built-in scenario ----
 
 StandardScenario::StandardScenario(const TrainingConfig& config, std::shared_ptr<const Dataset> dataset)
-    : config_(config),
-      dataset_(std::move(dataset)),
+    : dataset_(std::move(dataset)),
       device_(resolve_device(config.device)),
       model_(make_model(config)),
       schedule_(config.protocol, dataset_->train.labels, config.batch_size, config.max_batches_per_epoch,
                 config.seed) {
+  bind_config(config);
   model_->to(device_);
   optimizer_ = make_optimizer(config.optimizer, model_->parameters());
 }
@@ -150,9 +134,10 @@ std::optional<Batch> StandardScenario::next_batch() {
 std::vector<Batch> StandardScenario::heldout(int64_t max_samples) {
   std::vector<Batch> out;
   const int64_t n = std::min<int64_t>(max_samples, dataset_->test.size());
-  for (int64_t begin = 0; begin < n; begin += config_.batch_size) {
+  const int64_t batch_size = config().batch_size;
+  for (int64_t begin = 0; begin < n; begin += batch_size) {
     std::vector<int64_t> indices;
-    for (int64_t i = begin; i < std::min(n, begin + config_.batch_size); ++i) indices.push_back(i);
+    for (int64_t i = begin; i < std::min(n, begin + batch_size); ++i) indices.push_back(i);
     out.push_back(make_batch(dataset_->test, indices));
   }
   return out;
@@ -172,17 +157,34 @@ std::vector<std::string> StandardScenario::phase_names() const {
 
 namespace {
 
-std::map<std::string, ScenarioMaker>& registry() {
-  static std::map<std::string, ScenarioMaker> makers;
+struct Registered {
+  ScenarioMaker make;
+  std::string cls;  // the built scenario's C++ class, once known
+};
+
+std::map<std::string, Registered>& registry() {
+  static std::map<std::string, Registered> makers;
   return makers;
+}
+
+std::string demangled(const char* name) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(name, nullptr, nullptr, &status), std::free);
+  return status == 0 && out ? std::string(out.get()) : std::string(name);
 }
 
 }  // namespace
 
-void register_scenario(const std::string& name, ScenarioMaker make) {
+void register_scenario(const std::string& name, ScenarioMaker make, std::vector<ParamSpec> params) {
   if (name == "standard" || name.empty()) throw std::invalid_argument("register_scenario: \"" + name + "\" is reserved");
-  registry()[name] = std::move(make);
+  registry()[name] = {std::move(make), ""};
   add_scenario_name(name);
+  declare_params(name, std::move(params));
+}
+
+std::string scenario_class(const std::string& name) {
+  const auto it = registry().find(name);
+  return it == registry().end() ? "" : it->second.cls;
 }
 
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config,
@@ -200,7 +202,11 @@ std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config) {
     throw InputError("config", "scenario", "\"" + config.scenario + "\"", "is not registered in this program",
                      "register it with spikehunt::register_scenario() before running");
   }
-  return it->second(config);
+  std::unique_ptr<Scenario> s = it->second.make(config);
+  if (!s) throw std::logic_error("the maker of scenario \"" + config.scenario + "\" returned no scenario");
+  s->bind_config(config);
+  it->second.cls = demangled(typeid(*s).name());
+  return s;
 }
 
 }  // namespace spikehunt

@@ -12,13 +12,11 @@
 #include "scenarios/config.h"
 #include "scenarios/dataset.h"
 #include "scenarios/models.h"
+#include "scenarios/optimizers.h"
 #include "scenarios/protocol.h"
 #include "scenarios/scenario.h"
 
 namespace spikehunt {
-
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& o,
-                                                        std::vector<torch::Tensor> params);
 
 // Throws InputError when config.device is cuda and no CUDA device is present.
 torch::Device resolve_device(DeviceKind kind);
@@ -39,13 +37,10 @@ class StandardScenario : public Scenario {
   int64_t planned_steps() const override { return schedule_.total_steps(); }
   std::vector<std::string> phase_names() const override;
   torch::Device device() const override { return device_; }
-  double grad_clip() const override { return config_.grad_clip; }
-  const TrainingConfig& config() const { return config_; }
 
  protected:
   Batch make_batch(const ImageSet& set, const std::vector<int64_t>& indices);
 
-  TrainingConfig config_;
   std::shared_ptr<const Dataset> dataset_;
   torch::Device device_;
   std::shared_ptr<TappedModel> model_;
@@ -54,9 +49,16 @@ class StandardScenario : public Scenario {
 };
 
 // A scenario of your own, by name: configs with "scenario": NAME build it
-// (run, sweep, shrink, doctor and guard then train your code).
+// (run, sweep, shrink, doctor and guard then train your code). `params`
+// declares its knobs (config "params"): an unknown name, a wrong type or a
+// value out of range is then an InputError when a config is parsed, their
+// defaults are filled in (--print-config shows them), and a space sweeps
+// them as "params.NAME".
 using ScenarioMaker = std::function<std::unique_ptr<Scenario>(const TrainingConfig&)>;
-void register_scenario(const std::string& name, ScenarioMaker make);
+void register_scenario(const std::string& name, ScenarioMaker make, std::vector<ParamSpec> params = {});
+// The C++ class of a registered scenario, once one was built in this process
+// ("SpiralsScenario"; "" before): draft regression tests register it by it.
+std::string scenario_class(const std::string& name);
 
 // Builds config.scenario: the standard one (loading config.dataset) or a registered one.
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config);

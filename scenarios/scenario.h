@@ -1,7 +1,25 @@
-// scenario.h — what the harness trains: a model with taps, its optimizer, its
-// data, and its loss. The built-in catalog (catalog.h) implements it from a
-// TrainingConfig; user code implements it to put its own training under the
+// scenario.h — what the harness trains: a model with taps, its optimizers,
+// its data, and its loss. The built-in catalog (catalog.h) implements it from
+// a TrainingConfig; user code implements it to put its own training under the
 // monitor.
+//
+// The contract of one optimizer step (harness/burst.h, Trainer, runs it):
+//   1. the harness zeroes the gradients of every optimizer's parameters (and
+//      of the whole model) — a scenario never calls zero_grad() itself;
+//   2. for each of config().accumulation_steps micro-batches from
+//      next_batch(): forward(inputs, tap), loss(outputs, targets), and
+//      (loss / accumulation_steps).backward() — gradients add up;
+//   3. the harness clips the global gradient norm to grad_clip() (0: off);
+//   4. it sets the learning rate of every group of every optimizer from
+//      config().schedule (a group's own lr × the schedule's factor; a
+//      constant schedule leaves them alone);
+//   5. it calls optimizer_step(), which steps every optimizer by default.
+// A scenario must not call backward(), zero_grad() or step() inside
+// forward() or loss(), must not keep tensors of one step's graph for the next,
+// and every tensor an optimizer updates must be a parameter of model() (the
+// monitor and the checkpoints name parameters by their place in the model).
+// Anything it throws becomes a finding naming the stage (setup, data,
+// forward, loss, backward, optimizer_step), not an internal error.
 //
 // Tap: how a model exposes activations. LibTorch has no module hooks in C++,
 // so a model's forward calls tap("fc1_act", t) explicitly; a default Tap is
@@ -20,6 +38,8 @@
 #include <vector>
 
 #include <torch/torch.h>
+
+#include "scenarios/config.h"
 
 namespace spikehunt {
 
@@ -53,12 +73,18 @@ struct NamedTensor {
   torch::Tensor tensor;
 };
 
+// An optimizer of a scenario, by the name the monitor and reports use.
+struct NamedOptimizer {
+  std::string name;                              // e.g. "optimizer", "body", "head"
+  torch::optim::Optimizer* optimizer = nullptr;  // owned by the scenario
+};
+
 struct Batch {
-  torch::Tensor inputs;        // (B, 1, 28, 28) float32, on the scenario's device
+  torch::Tensor inputs;        // e.g. (B, 1, 28, 28) float32, on the scenario's device
   torch::Tensor targets;       // (B) int64 class ids, on the scenario's device
   torch::Tensor host_inputs;   // the CPU tensors the batch was built from; the harness
   torch::Tensor host_targets;  //   hashes these (undefined: it copies inputs to the host)
-  int64_t step = 0;            // global optimizer step, from 0
+  int64_t step = 0;            // the scenario's batch counter, from 0 (the harness numbers optimizer steps itself)
   int64_t phase = 0;           // index into phase_names()
   int64_t epoch = 0;           // within the phase
   int64_t batch = 0;           // within the epoch
@@ -69,7 +95,12 @@ class Scenario {
   virtual ~Scenario() = default;
 
   virtual torch::nn::Module& model() = 0;
-  virtual torch::optim::Optimizer& optimizer() = 0;
+  // Override one of these two: optimizer() for a scenario with one optimizer,
+  // optimizers() for several (then optimizer() is the first).
+  virtual torch::optim::Optimizer& optimizer();
+  // Every optimizer the harness zeroes, steps, monitors and checkpoints.
+  // Default: {{"optimizer", &optimizer()}}.
+  virtual std::vector<NamedOptimizer> optimizers();
   // Runs the model, calling tap(name, tensor) for every activation it exposes.
   virtual torch::Tensor forward(const torch::Tensor& inputs, const Tap& tap) = 0;
   // Mean cross-entropy by default.
@@ -87,21 +118,29 @@ class Scenario {
   virtual std::vector<std::string> phase_names() const = 0;
   virtual int64_t num_classes() const { return 10; }
   virtual torch::Device device() const { return torch::kCPU; }
-  // Max global grad norm for clipping; 0: none.
-  virtual double grad_clip() const { return 0.0; }
-  // Applies the gradients: optimizer().step() by default; override to add a
-  // scheduler, gradient accumulation or your own update.
-  virtual void optimizer_step() { optimizer().step(); }
+  // Max global grad norm for clipping; 0: none. Default: config().grad_clip.
+  virtual double grad_clip() const { return config_.grad_clip; }
+  // Applies the gradients, after the harness set the scheduled learning
+  // rates: steps every optimizer by default. Override it for an update of
+  // your own (it must not zero gradients: the harness does).
+  virtual void optimizer_step();
 
-  // The optimizer's per-parameter state tensors (momentum buffers, Adam
-  // moments), named "<parameter>.<buffer>". Empty before the first step.
+  // Every optimizer's per-parameter state tensors (momentum buffers, Adam
+  // moments, ...), named "<parameter>.<buffer>", in parameter order. Empty
+  // before the first step.
   virtual std::vector<NamedTensor> optimizer_state();
-};
 
-// The state tensors of a LibTorch SGD, Adam or AdamW optimizer for the given
-// named parameters (other optimizers: none).
-std::vector<NamedTensor> optimizer_state_of(torch::optim::Optimizer& optimizer,
-                                            const std::vector<NamedTensor>& params);
+  // The config the scenario was built from: make_scenario() binds it (a
+  // scenario built directly has the defaults). The harness reads grad_clip,
+  // schedule and accumulation_steps from it; a scenario reads its own knobs
+  // from config().params.
+  const TrainingConfig& config() const { return config_; }
+  void bind_config(const TrainingConfig& config) { config_ = config; }
+
+ private:
+  TrainingConfig config_;
+  bool resolving_ = false;  // optimizer() and optimizers() default to each other
+};
 
 std::vector<NamedTensor> named_parameters(torch::nn::Module& model);
 

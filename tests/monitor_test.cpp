@@ -273,10 +273,12 @@ TEST(Monitor, RecordNumbersAgree) {
 TEST(Monitor, ParametersChangedBetweenStepsAreMeasuredAgain) {
   PlantedScenario s(Plant::kNone, -1, 2);
   Monitor m(s, HealthRules{});
+  Trainer trainer(s);
+  int64_t i = 0;
   auto step = [&] {
-    std::optional<Batch> b = s.next_batch();
-    m.begin_step(*b);
-    train_step(s, *b, &m);
+    const std::vector<Batch> b = trainer.next_batches();
+    m.begin_step(i, b);
+    trainer.step(i++, b, &m);
     return m.finish_step();
   };
   const StepRecord first = step();

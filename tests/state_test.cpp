@@ -1,6 +1,8 @@
 // Tests harness/state.h: a burst stopped at step k, saved to a safetensors
 // checkpoint and resumed in a fresh scenario ends bit-identical to one that
-// never stopped, for SGD with momentum and for Adam.
+// never stopped: SGD with momentum, Adam, a cosine schedule with warm-up
+// (resumed mid-schedule), gradient accumulation, and a scenario with two
+// optimizers (SGD and Adam) in three param groups.
 #include <gtest/gtest.h>
 
 #include "harness/burst.h"
@@ -14,14 +16,22 @@
 namespace spikehunt {
 namespace {
 
-struct Run {
+struct Recorded {
   std::vector<double> losses;
+  std::vector<double> lrs;  // every group's learning rate, step by step
   std::vector<torch::Tensor> params;
   Hash128 chain;
 };
 
-Run finish(Scenario& s, const TrainingConfig& c, BurstOptions o, Run before = {}) {
-  o.on_step = [&](const StepRecord& r) { before.losses.push_back(r.loss); };
+void add_lrs(const StepRecord& r, Recorded* run) {
+  for (const GroupStats& g : r.groups) run->lrs.push_back(g.lr);
+}
+
+Recorded finish(Scenario& s, const TrainingConfig& c, BurstOptions o, Recorded before = {}) {
+  o.on_step = [&](const StepRecord& r) {
+    before.losses.push_back(r.loss);
+    add_lrs(r, &before);
+  };
   const BurstResult r = run_burst(s, c.health, o);
   for (const auto& p : s.model().parameters()) before.params.push_back(p.detach().clone());
   before.chain = r.verdict.hash_chain;
@@ -31,28 +41,34 @@ Run finish(Scenario& s, const TrainingConfig& c, BurstOptions o, Run before = {}
 void expect_resume_is_exact(const TrainingConfig& c, int64_t k) {
   configure_runtime(c);
   auto whole = make_scenario(c);
-  const Run a = finish(*whole, c, BurstOptions{});
+  const Recorded a = finish(*whole, c, BurstOptions{});
 
   // The first k steps under a monitor, then the checkpoint: tensors to disk, monitor state aside.
   auto first = make_scenario(c);
-  Run b;
+  Recorded b;
   Monitor m(*first, c.health);
+  Trainer trainer(*first);
   for (int64_t i = 0; i < k; ++i) {
-    const Batch batch = *first->next_batch();
-    m.begin_step(batch);
-    train_step(*first, batch, &m);
-    b.losses.push_back(m.finish_step().loss);
+    const std::vector<Batch> batches = trainer.next_batches();
+    ASSERT_EQ(int64_t(batches.size()), c.accumulation_steps);
+    m.begin_step(i, batches);
+    trainer.step(i, batches, &m);
+    const StepRecord r = m.finish_step();
+    b.losses.push_back(r.loss);
+    add_lrs(r, &b);
   }
   const MonitorState at_k = m.state();
   testing::TempDir dir;
   write_checkpoint(dir.file("k.safetensors"), capture_state(*first), {});
   auto second = make_scenario(c);
   restore_state(*second, read_checkpoint(dir.file("k.safetensors")), "k.safetensors");
-  ASSERT_EQ(second->skip_batches(k), k);
+  ASSERT_EQ(Trainer(*second).skip_steps(k), k);
   BurstOptions rest;
   rest.resume = at_k;
-  const Run resumed = finish(*second, c, rest, b);
+  rest.start_step = k;
+  const Recorded resumed = finish(*second, c, rest, b);
   EXPECT_EQ(resumed.losses, a.losses) << "losses compared bitwise";
+  EXPECT_EQ(resumed.lrs, a.lrs) << "the learning rates resume mid-schedule";
   EXPECT_EQ(resumed.chain, a.chain);
   ASSERT_EQ(resumed.params.size(), a.params.size());
   for (size_t i = 0; i < a.params.size(); ++i) EXPECT_TRUE(torch::equal(resumed.params[i], a.params[i])) << i;
@@ -69,6 +85,75 @@ TEST(State, ResumingFromACheckpointIsBitIdenticalWithAdam) {
                                           "max_batches_per_epoch=6", "dataset.synthetic_train_per_class=40",
                                           "batch_size=16"}),
                          9);
+}
+
+TEST(State, ResumingMidScheduleWithAccumulationIsBitIdentical) {
+  const TrainingConfig c = default_config({"model.kind=mlp", "optimizer.lr=0.05", "max_batches_per_epoch=8",
+                                           "dataset.synthetic_train_per_class=40", "batch_size=16",
+                                           "accumulation_steps=2", "schedule.kind=cosine",
+                                           "schedule.warmup_steps=3", "schedule.min_lr=0.005"});
+  expect_resume_is_exact(c, 5);  // past the warm-up, inside the decay
+  configure_runtime(c);
+  auto s = make_scenario(c);
+  Recorded run = finish(*s, c, BurstOptions{});
+  ASSERT_EQ(run.lrs.size(), 12u) << "24 batches in pairs: 12 optimizer steps";
+  EXPECT_DOUBLE_EQ(run.lrs[0], 0.05 / 3) << "warm-up: (s + 1) / 3 of the rate";
+  EXPECT_DOUBLE_EQ(run.lrs[2], 0.05);
+  EXPECT_DOUBLE_EQ(run.lrs[11], 0.005) << "cosine down to min_lr at the last step";
+  EXPECT_GT(run.lrs[5], run.lrs[8]);
+}
+
+// A user's scenario with two optimizers: SGD with momentum over the hidden
+// layers (two groups: weights at the config's lr, biases at half of it) and
+// Adam over the output layer.
+class TwoOptimizers : public StandardScenario {
+ public:
+  explicit TwoOptimizers(const TrainingConfig& c)
+      : StandardScenario(c, std::make_shared<const Dataset>(load_dataset(c.dataset))) {
+    std::vector<torch::Tensor> weights, biases, head;
+    for (auto& p : model_->named_parameters()) {
+      if (p.key().rfind("out.", 0) == 0) head.push_back(p.value());
+      else (p.value().dim() >= 2 ? weights : biases).push_back(p.value());
+    }
+    body_ = std::make_unique<torch::optim::SGD>(weights, torch::optim::SGDOptions(c.optimizer.lr).momentum(0.9));
+    body_->add_param_group(torch::optim::OptimizerParamGroup(
+        biases, std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(c.optimizer.lr / 2).momentum(0.9))));
+    head_ = std::make_unique<torch::optim::Adam>(head, torch::optim::AdamOptions(1e-3));
+  }
+  std::vector<NamedOptimizer> optimizers() override { return {{"body", body_.get()}, {"head", head_.get()}}; }
+
+ private:
+  std::unique_ptr<torch::optim::SGD> body_;
+  std::unique_ptr<torch::optim::Adam> head_;
+};
+
+TEST(State, TwoOptimizersAreSteppedMonitoredAndResumedBitIdentically) {
+  register_scenario("test_two_optimizers", [](const TrainingConfig& c) { return std::make_unique<TwoOptimizers>(c); });
+  const TrainingConfig c = default_config({"scenario=test_two_optimizers", "model.kind=mlp", "optimizer.lr=0.05",
+                                           "max_batches_per_epoch=6", "dataset.synthetic_train_per_class=40",
+                                           "batch_size=16", "schedule.kind=linear", "schedule.warmup_steps=2"});
+  expect_resume_is_exact(c, 6);
+  configure_runtime(c);
+  auto s = make_scenario(c);
+  std::vector<StepRecord> records;
+  BurstOptions o;
+  o.on_step = [&](const StepRecord& r) { records.push_back(r); };
+  run_burst(*s, c.health, o);
+  ASSERT_GE(records.size(), 3u);
+  const StepRecord& r = records[2];
+  ASSERT_EQ(r.groups.size(), 3u);
+  EXPECT_EQ(r.groups[0].optimizer, "body");
+  EXPECT_EQ(r.groups[1].group, 1);
+  EXPECT_EQ(r.groups[2].optimizer, "head");
+  EXPECT_DOUBLE_EQ(r.groups[1].lr, r.groups[0].lr / 2) << "each group keeps its own rate under the schedule";
+  EXPECT_GT(r.groups[2].state_max, 0.0) << "Adam's moments are monitored";
+  EXPECT_GT(r.groups[0].state_norm, 0.0) << "and SGD's momentum";
+  for (const LayerStats& l : r.layers) EXPECT_GT(l.state_norm, 0.0) << l.name << ": every parameter was stepped";
+  // The checkpoint holds both optimizers' state: Adam's step counts, SGD's momentum.
+  std::vector<std::string> names;
+  for (const NamedTensor& t : capture_state(*s)) names.push_back(t.name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "optim.out.weight.step"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "optim.fc1.bias.momentum_buffer"), names.end());
 }
 
 TEST(State, RestoreRejectsAForeignCheckpoint) {

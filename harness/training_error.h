@@ -1,0 +1,45 @@
+// training_error.h — an exception thrown by a scenario's code (or by LibTorch
+// on its behalf) while the harness builds or trains it: the stage that threw
+// (setup, data, forward, loss, backward, optimizer_step), the message without
+// LibTorch's backtrace, and what it most likely means ("the output has 5
+// classes but a label is 8"). A crashed burst's verdict and the doctor's
+// training_code_error sign are made of it; it is a finding, not an internal
+// error.
+// Example:
+//   try { ... } catch (const std::exception& e) { throw training_error("loss", e, context); }
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace spikehunt {
+
+// What the harness knew when the code threw.
+struct ErrorContext {
+  std::vector<int64_t> input_shape;   // of the batch being trained (empty: none yet)
+  std::vector<int64_t> output_shape;  // of the last forward's output (empty: none yet)
+  std::string target_dtype;           // e.g. "Long", "Float"
+  int64_t label_min = 0, label_max = -1;  // of the batch's targets (max < min: unknown)
+};
+
+class TrainingError : public std::runtime_error {
+ public:
+  TrainingError(std::string stage, std::string message, std::string cause, std::string full);
+  const std::string& stage() const { return stage_; }
+  const std::string& message() const { return message_; }  // a few lines, no backtrace
+  const std::string& cause() const { return cause_; }      // "" when spikehunt cannot tell
+  const std::string& full() const { return full_; }        // everything the exception said
+
+ private:
+  std::string stage_, message_, cause_, full_;
+};
+
+// The error for exception `e` thrown in `stage`.
+TrainingError training_error(const std::string& stage, const std::exception& e, const ErrorContext& context);
+
+// What a LibTorch (or other) error message means, "" when spikehunt does not know it.
+std::string explain_error(const std::string& stage, const std::string& message, const ErrorContext& context);
+
+}  // namespace spikehunt

@@ -1,0 +1,190 @@
+#include "scenarios/optimizers.h"
+
+#include <c10/util/string_utils.h>
+
+#include <map>
+
+namespace spikehunt {
+
+namespace {
+
+std::string key_of(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+
+template <class O>
+bool is(torch::optim::Optimizer& o) {
+  return dynamic_cast<O*>(&o) != nullptr;
+}
+
+}  // namespace
+
+// ---- building ----
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& o,
+                                                        std::vector<torch::Tensor> params) {
+  switch (o.kind) {
+    case OptimizerKind::kSgd:
+      return std::make_unique<torch::optim::SGD>(
+          std::move(params), torch::optim::SGDOptions(o.lr)
+                                 .momentum(o.momentum)
+                                 .nesterov(o.nesterov)
+                                 .weight_decay(o.weight_decay));
+    case OptimizerKind::kAdam:
+      return std::make_unique<torch::optim::Adam>(
+          std::move(params), torch::optim::AdamOptions(o.lr)
+                                 .betas({o.betas[0], o.betas[1]})
+                                 .eps(o.eps)
+                                 .weight_decay(o.weight_decay));
+    case OptimizerKind::kAdamW:
+      return std::make_unique<torch::optim::AdamW>(
+          std::move(params), torch::optim::AdamWOptions(o.lr)
+                                 .betas({o.betas[0], o.betas[1]})
+                                 .eps(o.eps)
+                                 .weight_decay(o.weight_decay));
+  }
+  throw std::logic_error("unknown optimizer kind");
+}
+
+// ---- who updates what ----
+
+std::vector<ParamSlot> parameter_slots(Scenario& scenario) {
+  std::vector<ParamSlot> slots;
+  std::map<const void*, size_t> index;
+  for (const auto& item : scenario.model().named_parameters()) {
+    index[item.value().unsafeGetTensorImpl()] = slots.size();
+    slots.push_back({item.key(), item.value(), -1, -1});
+  }
+  const std::vector<NamedOptimizer> optimizers = scenario.optimizers();
+  for (size_t o = 0; o < optimizers.size(); ++o) {
+    auto& groups = optimizers[o].optimizer->param_groups();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (const torch::Tensor& p : groups[g].params()) {
+        const auto it = index.find(p.unsafeGetTensorImpl());
+        if (it == index.end()) {
+          throw std::logic_error("optimizer \"" + optimizers[o].name + "\" updates a tensor of shape " +
+                                 c10::str(p.sizes()) + " that is not a parameter of model(): register it in the "
+                                 "model (register_parameter / register_module) so it is monitored and checkpointed");
+        }
+        ParamSlot& s = slots[it->second];
+        if (s.optimizer >= 0 && (s.optimizer != int(o) || s.group != int(g))) {
+          throw std::logic_error("parameter " + s.name + " is updated by two optimizers or groups (\"" +
+                                 optimizers[size_t(s.optimizer)].name + "\" and \"" + optimizers[o].name + "\")");
+        }
+        s.optimizer = int(o);
+        s.group = int(g);
+      }
+    }
+  }
+  return slots;
+}
+
+// ---- per-parameter state ----
+
+namespace {
+
+template <class AdamState>
+bool read_adam(torch::optim::OptimizerParamState* state, ParamState* out) {
+  auto* a = dynamic_cast<AdamState*>(state);
+  if (a == nullptr) return false;
+  out->buffers = {{"exp_avg", a->exp_avg()}, {"exp_avg_sq", a->exp_avg_sq()}};
+  if (a->max_exp_avg_sq().defined()) out->buffers.push_back({"max_exp_avg_sq", a->max_exp_avg_sq()});
+  out->step = a->step();
+  return true;
+}
+
+torch::Tensor buffer(const ParamState& s, const char* name) {
+  for (const NamedTensor& b : s.buffers) {
+    if (b.name == name) return b.tensor;
+  }
+  return {};
+}
+
+template <class AdamState>
+std::unique_ptr<torch::optim::OptimizerParamState> adam_state(const ParamState& s) {
+  auto a = std::make_unique<AdamState>();
+  a->exp_avg(buffer(s, "exp_avg")).exp_avg_sq(buffer(s, "exp_avg_sq")).step(s.step.value_or(0));
+  if (torch::Tensor m = buffer(s, "max_exp_avg_sq"); m.defined()) a->max_exp_avg_sq(m);
+  return a;
+}
+
+}  // namespace
+
+std::optional<ParamState> param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param) {
+  auto& state = optimizer.state();
+  const auto it = state.find(key_of(param));
+  if (it == state.end()) return std::nullopt;
+  torch::optim::OptimizerParamState* s = it->second.get();
+  ParamState out;
+  if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(s)) {
+    if (!sgd->momentum_buffer().defined()) return std::nullopt;
+    out.buffers = {{"momentum_buffer", sgd->momentum_buffer()}};
+  } else if (read_adam<torch::optim::AdamParamState>(s, &out) || read_adam<torch::optim::AdamWParamState>(s, &out)) {
+  } else if (auto* rms = dynamic_cast<torch::optim::RMSpropParamState*>(s)) {
+    out.buffers = {{"square_avg", rms->square_avg()}};
+    if (rms->momentum_buffer().defined()) out.buffers.push_back({"momentum_buffer", rms->momentum_buffer()});
+    if (rms->grad_avg().defined()) out.buffers.push_back({"grad_avg", rms->grad_avg()});
+    out.step = rms->step();
+  } else if (auto* ada = dynamic_cast<torch::optim::AdagradParamState*>(s)) {
+    out.buffers = {{"sum", ada->sum()}};
+    out.step = ada->step();
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::vector<std::string> state_buffer_names(torch::optim::Optimizer& o) {
+  if (is<torch::optim::SGD>(o)) return {"momentum_buffer"};
+  if (is<torch::optim::Adam>(o) || is<torch::optim::AdamW>(o)) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  if (is<torch::optim::RMSprop>(o)) return {"square_avg", "momentum_buffer", "grad_avg"};
+  if (is<torch::optim::Adagrad>(o)) return {"sum"};
+  return {};
+}
+
+bool keeps_step_count(torch::optim::Optimizer& o) {
+  return is<torch::optim::Adam>(o) || is<torch::optim::AdamW>(o) || is<torch::optim::RMSprop>(o) ||
+         is<torch::optim::Adagrad>(o);
+}
+
+void set_param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param, const ParamState& s) {
+  std::unique_ptr<torch::optim::OptimizerParamState> state;
+  if (is<torch::optim::SGD>(optimizer)) {
+    auto sgd = std::make_unique<torch::optim::SGDParamState>();
+    sgd->momentum_buffer(buffer(s, "momentum_buffer"));
+    state = std::move(sgd);
+  } else if (is<torch::optim::Adam>(optimizer)) {
+    state = adam_state<torch::optim::AdamParamState>(s);
+  } else if (is<torch::optim::AdamW>(optimizer)) {
+    state = adam_state<torch::optim::AdamWParamState>(s);
+  } else if (is<torch::optim::RMSprop>(optimizer)) {
+    auto rms = std::make_unique<torch::optim::RMSpropParamState>();
+    rms->square_avg(buffer(s, "square_avg")).step(s.step.value_or(0));
+    if (torch::Tensor m = buffer(s, "momentum_buffer"); m.defined()) rms->momentum_buffer(m);
+    if (torch::Tensor g = buffer(s, "grad_avg"); g.defined()) rms->grad_avg(g);
+    state = std::move(rms);
+  } else if (is<torch::optim::Adagrad>(optimizer)) {
+    auto ada = std::make_unique<torch::optim::AdagradParamState>();
+    ada->sum(buffer(s, "sum")).step(s.step.value_or(0));
+    state = std::move(ada);
+  } else {
+    throw std::logic_error("set_param_state: an optimizer type spikehunt does not know");
+  }
+  optimizer.state()[key_of(param)] = std::move(state);
+}
+
+std::vector<NamedTensor> optimizer_state_of(torch::optim::Optimizer& optimizer,
+                                            const std::vector<NamedTensor>& params) {
+  std::vector<NamedTensor> out;
+  for (const NamedTensor& p : params) {
+    if (std::optional<ParamState> s = param_state(optimizer, p.tensor)) {
+      for (NamedTensor& b : s->buffers) out.push_back({p.name + "." + b.name, std::move(b.tensor)});
+    }
+  }
+  return out;
+}
+
+// ---- learning rates ----
+
+double group_lr(torch::optim::OptimizerParamGroup& group) { return group.options().get_lr(); }
+void set_group_lr(torch::optim::OptimizerParamGroup& group, double lr) { group.options().set_lr(lr); }
+
+}  // namespace spikehunt

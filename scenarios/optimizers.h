@@ -1,0 +1,59 @@
+// optimizers.h — what the harness does with a scenario's optimizers, however
+// many: build one from the config, map every model parameter to the
+// optimizer and group that update it, read and rebuild each parameter's
+// optimizer state (SGD momentum; Adam and AdamW moments with their step
+// counts; RMSprop averages; Adagrad sums) for the monitor and the
+// checkpoints, and read or set a group's learning rate.
+// Example:
+//   for (const ParamSlot& p : parameter_slots(scenario)) ...   // "fc1.weight" -> optimizer 0, group 1
+//   std::optional<ParamState> s = param_state(*optimizer, p.tensor);
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scenarios/config.h"
+#include "scenarios/scenario.h"
+
+namespace spikehunt {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& o,
+                                                        std::vector<torch::Tensor> params);
+
+// A model parameter and who updates it.
+struct ParamSlot {
+  std::string name;      // "fc1.weight"
+  torch::Tensor tensor;
+  int optimizer = -1;    // index into Scenario::optimizers(); -1: no optimizer updates it
+  int group = -1;        // param group within that optimizer
+};
+// Every model parameter in model order. Throws std::logic_error when an
+// optimizer updates a tensor that is not a parameter of model(), or a
+// parameter is in two optimizers (the scenario contract, scenario.h).
+std::vector<ParamSlot> parameter_slots(Scenario& scenario);
+
+// One parameter's optimizer state: its buffers by name ("momentum_buffer",
+// "exp_avg", ...) and its step count where the optimizer keeps one.
+struct ParamState {
+  std::vector<NamedTensor> buffers;
+  std::optional<int64_t> step;
+};
+// nullopt: no state yet, or an optimizer type spikehunt does not know.
+std::optional<ParamState> param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param);
+// The buffer names an optimizer keeps per parameter (empty: a type spikehunt does not know).
+std::vector<std::string> state_buffer_names(torch::optim::Optimizer& optimizer);
+bool keeps_step_count(torch::optim::Optimizer& optimizer);
+// Rebuilds one parameter's state in the optimizer's own state type.
+void set_param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param, const ParamState& state);
+
+// The state tensors of one optimizer for the given named parameters, named
+// "<parameter>.<buffer>", in the parameters' order.
+std::vector<NamedTensor> optimizer_state_of(torch::optim::Optimizer& optimizer,
+                                            const std::vector<NamedTensor>& params);
+
+double group_lr(torch::optim::OptimizerParamGroup& group);
+void set_group_lr(torch::optim::OptimizerParamGroup& group, double lr);
+
+}  // namespace spikehunt
