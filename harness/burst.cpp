@@ -49,7 +49,12 @@ Trainer::Trainer(Scenario& scenario, bool schedule)
   }
 }
 
-int64_t Trainer::planned_steps() const { return (s_.planned_steps() + k_ - 1) / k_; }
+int64_t planned_optimizer_steps(const Scenario& s) {
+  const int64_t k = std::max<int64_t>(1, s.config().accumulation_steps);
+  return (s.planned_steps() + k - 1) / k;
+}
+
+int64_t Trainer::planned_steps() const { return planned_optimizer_steps(s_); }
 
 std::vector<Batch> Trainer::next_batches() {
   std::vector<Batch> batches;
@@ -83,29 +88,14 @@ void Trainer::apply_schedule(int64_t step) {
   }
 }
 
-namespace {
-
-// What the error message explanations may use about the batch being trained.
-void note_batch(const Batch& b, ErrorContext* c) {
-  c->input_shape = b.inputs.defined() ? b.inputs.sizes().vec() : std::vector<int64_t>{};
-  const torch::Tensor& y = b.host_targets.defined() ? b.host_targets : b.targets;
-  c->target_dtype = y.defined() ? std::string(c10::toString(y.scalar_type())) : "";
-  c->label_min = 0, c->label_max = -1;
-  if (y.defined() && y.numel() > 0 && !y.is_floating_point() && y.is_cpu()) {
-    c->label_min = y.min().item<int64_t>();
-    c->label_max = y.max().item<int64_t>();
-  }
-}
-
-}  // namespace
-
 torch::Tensor Trainer::step(int64_t step, const std::vector<Batch>& batches, Monitor* monitor) {
   const char* stage = "forward";
   try {
     s_.model().zero_grad();  // the model holds every optimizer's parameters (scenario.h)
     torch::Tensor total;
     for (const Batch& b : batches) {
-      note_batch(b, &context_);
+      context_ = batch_context(b.host_inputs.defined() ? b.host_inputs : b.inputs,
+                               b.host_targets.defined() ? b.host_targets : b.targets);
       stage = "forward";
       const torch::Tensor out = s_.forward(b.inputs, monitor ? monitor->tap() : Tap());
       context_.output_shape = out.sizes().vec();

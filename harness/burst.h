@@ -96,6 +96,9 @@ class Trainer {
   ErrorContext context_;
 };
 
+// Optimizer steps the scenario's protocol takes: its batches over config().accumulation_steps, rounded up.
+int64_t planned_optimizer_steps(const Scenario& scenario);
+
 BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstOptions& options);
 
 // Sets the thread count and determinism flags, builds the config's scenario

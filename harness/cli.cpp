@@ -47,27 +47,41 @@ struct RunArgs {
   bool print_config = false;
 };
 
-void print_header(const TrainingConfig& c, const std::string& source, Scenario& scenario,
-                  const Environment& env) {
+// The config line and, when the scenario was built, what it is.
+void print_header(const TrainingConfig& c, const std::string& source, Scenario* scenario, const Environment& env) {
   std::cout << describe(env) << "\n";
   std::cout << "config     " << source << "  name \"" << c.name << "\"  hash "
             << config_hash(c).hex().substr(0, 16) << "\n";
+  if (scenario == nullptr) {
+    std::cout << "  model    scenario \"" << c.scenario << "\" (not built)\n\n" << std::flush;
+    return;
+  }
+  const std::string steps = std::to_string(planned_optimizer_steps(*scenario)) + " steps";
+  std::string train = describe_optimizer(c.optimizer) + ", batch " + std::to_string(c.batch_size);
+  if (c.accumulation_steps > 1) train += " x " + std::to_string(c.accumulation_steps) + " accumulated";
+  train += ", grad clip " + (c.grad_clip > 0 ? fmt(c.grad_clip) : std::string("off"));
+  if (const std::string sched = describe_schedule(c.schedule); !sched.empty()) train += ", lr " + sched;
+  const std::vector<NamedOptimizer> optimizers = scenario->optimizers();
+  if (optimizers.size() > 1) {
+    train += ", optimizers";
+    for (const NamedOptimizer& o : optimizers) train += " " + o.name;
+  }
   if (c.scenario != "standard") {
-    std::cout << "  model    scenario \"" << c.scenario << "\" (" << thousands(parameter_count(scenario.model()))
-              << " parameters, " << scenario.planned_steps() << " steps), registered by this program\n";
-    std::cout << "  train    " << describe_optimizer(c.optimizer) << ", batch " << c.batch_size << ", seed " << c.seed
-              << "\n\n" << std::flush;
+    std::cout << "  model    scenario \"" << c.scenario << "\" (" << thousands(parameter_count(scenario->model()))
+              << " parameters, " << steps << "), registered by this program\n";
+    std::cout << "  train    " << train << "\n";
+    if (!c.params.values().empty()) std::cout << "  params   " << describe_params(c.params) << "\n";
+    std::cout << "  seed     " << c.seed << "\n\n" << std::flush;
     return;
   }
   std::cout << "  model    " << c.model.kind;
   if (c.model.kind == "mlp") std::cout << " " << c.model.mlp_depth << "x" << c.model.mlp_width;
-  std::cout << " (" << thousands(parameter_count(scenario.model())) << " parameters), "
+  std::cout << " (" << thousands(parameter_count(scenario->model())) << " parameters), "
             << describe_activation(c.activation) << "\n";
-  std::cout << "  train    " << describe_optimizer(c.optimizer) << ", batch " << c.batch_size
-            << ", grad clip " << (c.grad_clip > 0 ? fmt(c.grad_clip) : std::string("off")) << "\n";
+  std::cout << "  train    " << train << "\n";
   std::cout << "  protocol " << describe_protocol(c.protocol);
   if (c.max_batches_per_epoch > 0) std::cout << ", <=" << c.max_batches_per_epoch << " batches/epoch";
-  std::cout << " (" << scenario.planned_steps() << " steps)\n";
+  std::cout << " (" << steps << ")\n";
   std::cout << "  data     " << (c.dataset.kind == DatasetKind::kSynthetic ? "synthetic" : c.dataset.path)
             << "\n";
   std::cout << "  seed     " << c.seed << "\n\n" << std::flush;
@@ -82,11 +96,31 @@ int run_verb(const RunArgs& a) {
   }
   configure_runtime(config);
   const Environment env = environment(to_string(config.device), config.threads);
-  std::unique_ptr<Scenario> scenario = make_scenario(config);
-  print_header(config, source, *scenario, env);
+  std::unique_ptr<Scenario> scenario;
+  std::optional<TrainingError> setup_error;
+  try {
+    scenario = make_scenario(config);
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {  // the scenario's own constructor threw: a finding
+    setup_error = training_error("setup", e, {});
+  }
+  print_header(config, source, scenario.get(), env);
 
   RunDirectory dir(a.out, config);
   save_config(config, dir.file("config.json"));
+  if (setup_error) {
+    Verdict v;
+    set_crashed(v, *setup_error);
+    std::cout << verdict_text(v, Trace{});
+    nlohmann::json verdict = to_json(v);
+    verdict["config_hash"] = config_hash(config).hex();
+    verdict["config_name"] = config.name;
+    verdict["environment"] = to_json(env);
+    write_file_atomic(dir.file("verdict.json"), verdict.dump(2) + "\n");
+    std::cout << "\nwrote " << dir.commit() << "/ (config.json, verdict.json)\n";
+    return kExitFinding;
+  }
   TraceWriter trace_writer(dir.file("trace.jsonl"));
   const bool tty = ::isatty(STDERR_FILENO);
   BurstOptions options;
@@ -96,7 +130,7 @@ int run_verb(const RunArgs& a) {
     trace_writer.write(r);
     if (tty) {
       std::fprintf(stderr, "\r  step %lld/%lld  loss %-10s %-10s", static_cast<long long>(r.step + 1),
-                   static_cast<long long>(scenario->planned_steps()), fmt(r.loss).c_str(), to_string(r.health));
+                   static_cast<long long>(planned_optimizer_steps(*scenario)), fmt(r.loss).c_str(), to_string(r.health));
     }
   };
   BurstResult result = run_burst(*scenario, config.health, options);
@@ -231,12 +265,41 @@ int replay_verb(const ReplayArgs& a) {
 
 // ---- doctor ----
 
+namespace {
+
 struct DoctorArgs {
   std::string config, planted;
   std::vector<std::string> sets;
-  bool json = false;
+  bool json = false, verbose = false;
   int64_t steps = 100, overfit_steps = 1000;
 };
+
+// The scenario actually run, in one line: its name, size, optimizers and its
+// own knobs (a user's scenario) or the built-in model and activation.
+std::string doctor_header(const std::string& title, const TrainingConfig& c, const DoctorReport& r) {
+  std::string s = "spikehunt doctor: " + title + ": ";
+  if (c.scenario == "standard") {
+    s += c.model.kind + (c.model.kind == "mlp" ? " " + std::to_string(c.model.mlp_depth) + "x" +
+                                                     std::to_string(c.model.mlp_width) : "") +
+         ", " + describe_activation(c.activation);
+  } else {
+    s += "scenario \"" + c.scenario + "\"";
+    const std::string cls = scenario_class(c.scenario);
+    if (!cls.empty()) s += " (" + cls + ")";
+  }
+  if (r.parameters > 0) s += ", " + thousands(r.parameters) + " parameters";
+  s += ", " + describe_optimizer(c.optimizer);
+  if (r.optimizers.size() > 1 || (r.optimizers.size() == 1 && r.optimizers[0] != "optimizer")) {
+    std::string names;
+    for (const std::string& o : r.optimizers) names += (names.empty() ? "" : ", ") + o;
+    s += " (optimizers: " + names + ")";
+  }
+  s += ", batch " + std::to_string(c.batch_size);
+  if (c.accumulation_steps > 1) s += " x " + std::to_string(c.accumulation_steps) + " accumulated";
+  if (const std::string sched = describe_schedule(c.schedule); !sched.empty()) s += ", lr " + sched;
+  if (!c.params.values().empty()) s += "\n  params " + describe_params(c.params);
+  return s + "\n";
+}
 
 int doctor_verb(const DoctorArgs& a) {
   if (!a.config.empty() && !a.planted.empty()) {
@@ -272,16 +335,37 @@ int doctor_verb(const DoctorArgs& a) {
   const DoctorReport report = run_doctor(make, o);
   if (a.json) {
     nlohmann::json j = doctor_json(report);
-    j["scenario"] = title;
+    j["title"] = title;
     j["config"] = config_to_json(config);
     std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << "spikehunt doctor: " << title << " (" << config.model.kind << ", " << describe_activation(config.activation)
-              << ", " << describe_optimizer(config.optimizer) << ", batch " << config.batch_size << ")\n"
-              << doctor_text(report);
+    std::cout << doctor_header(title, config, report) << doctor_text(report, a.verbose);
   }
   return report.passed() ? kExitOk : kExitFinding;
 }
+
+// `doctor --json` prints a document whatever happens: the error, with its exit code.
+int doctor_json_main(const DoctorArgs& a) {
+  nlohmann::json error;
+  int code = kExitOk;
+  try {
+    return doctor_verb(a);
+  } catch (const InputError& e) {
+    nlohmann::json problems = nlohmann::json::array();
+    for (const Problem& p : e.problems()) {
+      problems.push_back({{"field", p.field}, {"value", p.value}, {"message", p.message}, {"hint", p.hint}});
+    }
+    error = {{"kind", "bad_input"}, {"file", e.file()}, {"problems", problems}, {"text", e.what()}};
+    code = kExitBadInput;
+  } catch (const std::exception& e) {
+    error = {{"kind", "internal"}, {"text", e.what()}};
+    code = kExitInternal;
+  }
+  std::cout << nlohmann::json{{"passed", false}, {"error", error}}.dump(2) << "\n";
+  return code;
+}
+
+}  // namespace
 
 // ---- the CLI ----
 
@@ -393,7 +477,9 @@ void add_harness_verbs(Cli& cli) {
 
   auto doctor_args = std::make_shared<DoctorArgs>();
   CLI::App* doctor_cmd = cli.verb("doctor", "Run the vital signs that catch the classic training bugs",
-                                  [doctor_args] { return doctor_verb(*doctor_args); });
+                                  [doctor_args] {
+                                    return doctor_args->json ? doctor_json_main(*doctor_args) : doctor_verb(*doctor_args);
+                                  });
   doctor_cmd->add_option("--config", doctor_args->config, "Config JSON (default: the built-in default)");
   doctor_cmd->add_option("--set", doctor_args->sets, "Override one field (repeatable)")->allow_extra_args(false);
   doctor_cmd->add_option("--planted", doctor_args->planted,
@@ -402,7 +488,8 @@ void add_harness_verbs(Cli& cli) {
   doctor_cmd->add_option("--steps", doctor_args->steps, "Steps of the watched training run")->capture_default_str();
   doctor_cmd->add_option("--overfit-steps", doctor_args->overfit_steps, "Budget to overfit one batch")
       ->capture_default_str();
-  doctor_cmd->add_flag("--json", doctor_args->json, "Machine-readable output");
+  doctor_cmd->add_flag("--json", doctor_args->json, "Machine-readable output (a JSON document, also on errors)");
+  doctor_cmd->add_flag("--verbose", doctor_args->verbose, "With a thrown error's whole text (LibTorch's backtrace)");
 
   auto burst_args = std::make_shared<BurstArgs>();
   CLI::App* burst = cli.verb("burst", "Run one burst and write its summary (what sweeps spawn)",

@@ -4,11 +4,16 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <numeric>
+#include <optional>
 #include <set>
 
 #include "harness/burst.h"
-#include "harness/monitor.h"
 #include "harness/report.h"
+#include "harness/training_error.h"
+#include "scenarios/error.h"
+#include "scenarios/models.h"
+#include "scenarios/optimizers.h"
 
 namespace spikehunt {
 
@@ -25,27 +30,52 @@ const VitalSign* DoctorReport::find(const std::string& name) const {
   return nullptr;
 }
 
+const VitalSign* DoctorReport::top() const {
+  const VitalSign* best = nullptr;
+  for (const VitalSign& s : signs) {
+    if (!s.passed && (best == nullptr || s.rank < best->rank)) best = &s;
+  }
+  return best;
+}
+
 namespace {
+
+// How likely a failed sign is the root cause: lower first (VitalSign::rank).
+enum Rank {
+  kRankCodeError = 0,
+  kRankBadInputValues = 1,
+  kRankNanInput = 2,
+  kRankCoverage = 3,
+  kRankInputScale = 4,
+  kRankLossMismatch = 5,
+  kRankFrozen = 6,
+  kRankOpMakesNaN = 7,
+  kRankShiftedLabels = 8,
+  kRankDeadUnits = 9,
+  kRankOverflow = 10,
+  kRankGradientFlow = 11,
+  kRankCollapse = 12,
+  kRankOverfit = 13,
+  kRankHealth = 14,
+  kRankGradRange = 15,
+};
+
+constexpr double kDeadShare = 0.5;          // a layer is flagged when this share of its units is dead
+constexpr double kSaturatedDerivative = 0.01;  // of the activation's largest derivative
 
 // ---- helpers ----
 
-struct Prediction {
-  int64_t label = 0, predicted = 0;
-  double confidence = 0;  // softmax probability of the predicted class
-};
+std::string pct(double x) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", 100 * x);
+  return buf;
+}
 
-std::vector<Prediction> predict(Scenario& s, const std::vector<Batch>& batches) {
-  torch::NoGradGuard no_grad;
-  std::vector<Prediction> out;
-  for (const Batch& b : batches) {
-    const torch::Tensor probs = torch::softmax(s.forward(b.inputs, Tap()).to(torch::kFloat64), 1).to(torch::kCPU);
-    const auto [conf, pred] = probs.max(1);
-    const torch::Tensor y = b.targets.to(torch::kCPU).to(torch::kInt64);
-    for (int64_t i = 0; i < y.size(0); ++i) {
-      out.push_back({y[i].item<int64_t>(), pred[i].item<int64_t>(), conf[i].item<double>()});
-    }
-  }
-  return out;
+std::string list(const std::vector<std::string>& names, size_t max = 6) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < max; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > max) s += " and " + std::to_string(names.size() - max) + " more";
+  return s;
 }
 
 std::string layer_of(const std::string& parameter) {
@@ -53,13 +83,306 @@ std::string layer_of(const std::string& parameter) {
   return dot == std::string::npos ? parameter : parameter.substr(0, dot);
 }
 
-std::vector<NamedTensor> weights_of(Scenario& s) {
-  std::vector<NamedTensor> out;
-  for (const NamedTensor& p : named_parameters(s.model())) {
-    if (p.tensor.dim() >= 2) out.push_back(p);
-  }
-  return out;
+VitalSign sign(const char* name) {
+  VitalSign v;
+  v.name = name;
+  return v;
 }
+
+void fail(VitalSign& v, int rank, std::string cause, std::string hint) {
+  v.passed = false;
+  v.rank = rank;
+  v.cause = std::move(cause);
+  v.hint = std::move(hint);
+}
+
+VitalSign skipped(const char* name, const std::string& why) {
+  VitalSign v = sign(name);
+  v.skipped = true;
+  v.evidence = why;
+  return v;
+}
+
+// Runs scenario code that is not a training step (a forward on a probe
+// batch, held-out data, construction): what it throws is a TrainingError.
+template <class F>
+auto guarded(const char* stage, F&& f, const ErrorContext& context = {}) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const InputError&) {
+    throw;
+  } catch (const TrainingError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw training_error(stage, e, context);
+  }
+}
+
+// Evaluation mode (no dropout) while alive; batch norm keeps training mode
+// only in the overfit check (see there).
+struct EvalMode {
+  explicit EvalMode(torch::nn::Module& m) : model(m), was(m.is_training()) { m.eval(); }
+  ~EvalMode() { model.train(was); }
+  torch::nn::Module& model;
+  bool was;
+};
+
+bool has_batch_norm(torch::nn::Module& model) {
+  for (const auto& b : model.named_buffers()) {
+    if (b.key().find("running_mean") != std::string::npos) return true;
+  }
+  return false;
+}
+
+bool class_ids(const torch::Tensor& y) {
+  return y.defined() && y.dim() == 1 && !y.is_floating_point() && y.scalar_type() != torch::kBool;
+}
+
+struct Prediction {
+  int64_t label = 0, predicted = 0;
+  double confidence = 0;  // softmax probability of the predicted class
+};
+
+void add_predictions(const torch::Tensor& out, const torch::Tensor& targets, std::vector<Prediction>* preds) {
+  if (out.dim() != 2 || !class_ids(targets)) return;
+  const torch::Tensor probs = torch::softmax(out.detach().to(torch::kFloat64), 1).to(torch::kCPU);
+  const auto [conf, pred] = probs.max(1);
+  const torch::Tensor y = targets.to(torch::kCPU).to(torch::kInt64);
+  const auto* yp = y.data_ptr<int64_t>();
+  const torch::Tensor p = pred.contiguous();
+  const torch::Tensor c = conf.contiguous();
+  for (int64_t i = 0; i < y.size(0); ++i) {
+    preds->push_back({yp[i], p.data_ptr<int64_t>()[i], c.data_ptr<double>()[i]});
+  }
+}
+
+// ---- units: which are dead on every probe sample ----
+
+// Per hidden tap, over every sample seen: each unit's largest value, its
+// smallest, and its largest sigmoid and tanh derivative as read from the
+// output (v(1 - v) and 1 - v²), and the tap's overall range and exact zeros.
+class UnitProbe : public TapSink {
+ public:
+  void on_tap(const char* name, const torch::Tensor& t) override {
+    torch::NoGradGuard no_grad;
+    if (!t.is_floating_point() || t.dim() < 2 || t.numel() == 0) return;
+    const int64_t unit_dim = t.dim() == 3 ? 2 : 1;
+    const torch::Tensor v = t.detach().to(torch::kFloat32).movedim(unit_dim, -1).reshape({-1, t.size(unit_dim)});
+    Units& u = taps_[name];
+    u.shape_tail = t.sizes().vec();
+    u.shape_tail.erase(u.shape_tail.begin());  // without the batch
+    const torch::Tensor hi = std::get<0>(v.max(0)), lo = std::get<0>(v.min(0));
+    const torch::Tensor dsig = std::get<0>((v * (1 - v)).max(0)), dtanh = std::get<0>((1 - v * v).max(0));
+    auto fold = [](torch::Tensor& acc, const torch::Tensor& x, bool max) {
+      acc = !acc.defined() ? x.clone() : max ? torch::maximum(acc, x) : torch::minimum(acc, x);
+    };
+    fold(u.max, hi, true);
+    fold(u.min, lo, false);
+    fold(u.dsig, dsig, true);
+    fold(u.dtanh, dtanh, true);
+    u.zeros += (v == 0).sum().item<int64_t>();
+    u.count += v.numel();
+    u.finite = u.finite && torch::isfinite(v).all().item<bool>();
+    if (std::find(order_.begin(), order_.end(), name) == order_.end()) order_.push_back(name);
+  }
+
+  struct Layer {
+    std::string tap;
+    std::string kind;  // "rectifier", "sigmoid", "tanh"
+    int64_t units = 0, dead = 0;
+    double share() const { return units ? double(dead) / double(units) : 0.0; }
+  };
+
+  // The hidden taps (not the output's shape) and their dead units.
+  std::vector<Layer> layers(const std::vector<int64_t>& output_tail) const {
+    std::vector<Layer> out;
+    for (const std::string& name : order_) {
+      const Units& u = taps_.at(name);
+      if (u.shape_tail == output_tail || !u.finite || !u.max.defined()) continue;
+      const double lo = u.min.min().item<double>(), hi = u.max.max().item<double>();
+      const double zeros = double(u.zeros) / double(std::max<int64_t>(u.count, 1));
+      Layer l;
+      l.tap = name;
+      l.units = u.max.numel();
+      torch::Tensor dead;
+      if (lo >= 0 && hi <= 1 && zeros < 0.01) {
+        l.kind = "sigmoid";
+        dead = u.dsig < kSaturatedDerivative * 0.25;
+      } else if (lo >= -1 && hi <= 1 && lo < 0 && zeros < 0.01 && -lo > 0.3 * hi) {
+        l.kind = "tanh";
+        dead = u.dtanh < kSaturatedDerivative;
+      } else {
+        l.kind = "rectifier";
+        dead = u.max <= 0;
+      }
+      l.dead = dead.sum().item<int64_t>();
+      out.push_back(l);
+    }
+    return out;
+  }
+
+ private:
+  struct Units {
+    std::vector<int64_t> shape_tail;
+    torch::Tensor max, min, dsig, dtanh;  // (units)
+    int64_t zeros = 0, count = 0;
+    bool finite = true;
+  };
+  std::map<std::string, Units> taps_;
+  std::vector<std::string> order_;
+};
+
+// ---- what the doctor learns from the scenario ----
+
+// Batches to probe with, and the scenario's held-out data.
+struct Probe {
+  std::vector<Batch> batches;  // the first training batches (the first is the fixed batch)
+  std::vector<Batch> heldout;  // or, when the scenario has none, the probe batches
+  bool has_heldout = false;
+  int64_t classes = 10;
+  std::vector<int64_t> output_tail;  // the output's shape without the batch
+};
+
+struct Watched {
+  std::vector<StepRecord> records;
+  Verdict verdict;
+  std::vector<std::string> weights;  // weight parameter names, model order
+  std::vector<int64_t> weight_numel;
+  std::vector<bool> trainable;
+  double outputs_moved = 0, outputs_scale = 0;  // on the fixed batch, start to end
+  std::vector<UnitProbe::Layer> units_first, units_last;
+  std::vector<Prediction> predictions;
+  std::string output_layer;
+};
+
+// ---- 1. training code error ----
+
+VitalSign code_error_sign(const TrainingError& e) {
+  VitalSign v = sign("training_code_error");
+  v.evidence = "the " + e.stage() + " stage threw: " + e.message();
+  v.named = {e.stage()};
+  v.data = {{"stage", e.stage()}, {"message", e.message()}, {"cause", e.cause()}, {"full", e.full()}};
+  fail(v, kRankCodeError,
+       e.cause().empty() ? "the training code throws in the " + e.stage() + " stage: " + e.message()
+                         : e.cause() + " (the " + e.stage() + " stage throws)",
+       e.cause().empty() ? "read the message; --verbose shows LibTorch's whole text" : e.cause());
+  return v;
+}
+
+// ---- 2. input scale ----
+
+VitalSign input_scale(const Probe& p) {
+  VitalSign v = sign("input_scale");
+  double sumsq = 0, max_abs = 0;
+  int64_t n = 0, non_finite = 0, batches = 0;
+  for (const Batch& b : p.batches) {
+    if (!b.inputs.is_floating_point()) {
+      v.evidence = "the inputs are " + std::string(c10::toString(b.inputs.scalar_type())) + " (ids, not values): nothing to scale";
+      return v;
+    }
+    torch::NoGradGuard no_grad;
+    const torch::Tensor x = b.inputs.detach().to(torch::kFloat64);
+    const torch::Tensor finite = torch::isfinite(x);
+    non_finite += x.numel() - finite.sum().item<int64_t>();
+    const torch::Tensor f = torch::where(finite, x, torch::zeros_like(x));
+    sumsq += f.square().sum().item<double>();
+    max_abs = std::max(max_abs, f.abs().max().item<double>());
+    n += x.numel();
+    ++batches;
+  }
+  if (n == 0) {
+    v.skipped = true;
+    v.evidence = "no training batch";
+    return v;
+  }
+  const double rms = std::sqrt(sumsq / double(std::max<int64_t>(n - non_finite, 1)));
+  v.data = {{"rms", rms}, {"max_abs", max_abs}, {"non_finite", non_finite}, {"values", n}, {"batches", batches}};
+  v.evidence = "first " + std::to_string(batches) + " training batch(es): rms " + fmt(rms) + ", max |x| " + fmt(max_abs) +
+               (non_finite ? ", " + std::to_string(non_finite) + " NaN/Inf of " + std::to_string(n) : "");
+  if (non_finite > 0) {
+    v.named = {"input"};
+    fail(v, kRankBadInputValues,
+         "the training data holds " + std::to_string(non_finite) + " NaN/Inf values",
+         "find them in the data pipeline (a division by a zero std, a missing value, a corrupt file) and fix or drop "
+         "those samples");
+  } else if (rms > 10) {
+    v.named = {"input"};
+    fail(v, kRankInputScale, "the inputs are not normalized: rms " + fmt(rms) + ", max |x| " + fmt(max_abs),
+         max_abs >= 200 && max_abs <= 255.5 ? "they look like raw 0..255 pixels: divide by 255 (and standardize)"
+                                            : "standardize them to mean 0 and std 1 (or scale to [0, 1])");
+  } else if (rms < 0.01) {
+    v.named = {"input"};
+    fail(v, kRankInputScale, "the inputs are tiny: rms " + fmt(rms) + ", max |x| " + fmt(max_abs),
+         "they look scaled twice (divided by 255 twice?): standardize them to mean 0 and std 1");
+  }
+  return v;
+}
+
+// ---- 3. optimizer coverage ----
+
+VitalSign optimizer_coverage(Scenario& s) {
+  VitalSign v = sign("optimizer_coverage");
+  std::vector<std::string> missing;
+  int64_t trainable = 0;
+  for (const ParamSlot& p : parameter_slots(s)) {
+    if (!p.tensor.requires_grad()) continue;
+    ++trainable;
+    if (p.optimizer < 0) missing.push_back(p.name);
+  }
+  const std::vector<NamedOptimizer> optimizers = s.optimizers();
+  v.data = {{"trainable", trainable}, {"not_optimized", missing}};
+  v.evidence = std::to_string(trainable) + " trainable parameter tensor(s), " + std::to_string(optimizers.size()) +
+               " optimizer(s)";
+  if (!missing.empty()) {
+    v.named = missing;
+    v.evidence += "; no optimizer updates " + list(missing);
+    fail(v, kRankCoverage, "no optimizer updates " + list(missing, 3) + ": they stay at their initial values",
+         "pass every parameter to an optimizer (model->parameters()), or freeze them on purpose with "
+         "requires_grad(false)");
+  }
+  return v;
+}
+
+// ---- 4. loss/output mismatch ----
+
+VitalSign loss_output_mismatch(Scenario& s, const Batch& b) {
+  VitalSign v = sign("loss_output_mismatch");
+  torch::NoGradGuard no_grad;
+  ErrorContext context = batch_context(b.inputs, b.targets);
+  const torch::Tensor out = guarded("forward", [&] { return s.forward(b.inputs, Tap()); }, context).detach();
+  context.output_shape = out.sizes().vec();
+  const double loss = guarded("loss", [&] { return s.loss(out, b.targets); }, context).item<double>();
+  if (out.dim() != 2 || !out.is_floating_point() || !class_ids(b.targets)) {
+    v.evidence = "the output is " + c10::str(out.sizes()) + ": not (batch, classes) scores with class-id labels";
+    return v;
+  }
+  const torch::Tensor o = out.to(torch::kFloat64);
+  const bool probabilities = o.min().item<double>() >= -1e-6 && (o.sum(1) - 1).abs().max().item<double>() < 1e-4;
+  const bool labels_fit = b.targets.max().item<int64_t>() < out.size(1) && b.targets.min().item<int64_t>() >= 0;
+  v.data = {{"probabilities", probabilities}, {"loss", number(loss)}};
+  if (!probabilities || !labels_fit) {
+    v.evidence = "outputs are scores (rows do not sum to 1): the loss reads them as logits";
+    return v;
+  }
+  const torch::Tensor y = b.targets.to(out.device());
+  const double as_logits = torch::nn::functional::cross_entropy(o, y).item<double>();
+  const double as_probs = torch::nn::functional::nll_loss(torch::log(o.clamp_min(1e-300)), y).item<double>();
+  v.data["cross_entropy_of_outputs"] = number(as_logits);
+  v.data["nll_of_log_outputs"] = number(as_probs);
+  v.evidence = "every output row sums to 1 (probabilities); loss " + fmt(loss) + ", cross-entropy taking them for "
+               "logits " + fmt(as_logits) + ", -log p of the label " + fmt(as_probs);
+  if (std::fabs(loss - as_logits) <= 1e-4 * (1 + std::fabs(as_logits)) && std::fabs(as_logits - as_probs) > 1e-3) {
+    v.named = {"output"};
+    fail(v, kRankLossMismatch,
+         "softmax is applied twice: the model outputs probabilities and the loss takes them for logits",
+         "return the logits from forward() (drop the final softmax) and keep cross_entropy, or apply log() and use "
+         "nll_loss; the loss cannot fall below " + fmt(std::log(1 + (double(out.size(1)) - 1) / std::exp(1.0))) +
+             " as it is");
+  }
+  return v;
+}
+
+// ---- 5. overfit one batch ----
 
 void disable_weight_decay(torch::optim::Optimizer& optimizer) {
   for (auto& group : optimizer.param_groups()) {
@@ -68,12 +391,6 @@ void disable_weight_decay(torch::optim::Optimizer& optimizer) {
     if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&o)) adam->weight_decay(0);
     if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&o)) adamw->weight_decay(0);
   }
-}
-
-std::string pct(double x) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%.0f%%", 100 * x);
-  return buf;
 }
 
 // Held-out classes whose predictions consistently name one other class.
@@ -102,27 +419,20 @@ std::map<int64_t, int64_t> shifted_classes(const std::vector<Prediction>& preds,
   return shifted;
 }
 
-// ---- 1. overfit one batch ----
-
-VitalSign overfit_one_batch(const ScenarioFactory& make, const DoctorOptions& o) {
-  VitalSign v;
-  v.name = "overfit_one_batch";
-  std::unique_ptr<Scenario> s = make();
-  disable_weight_decay(s->optimizer());
-  s->model().eval();  // no dropout
-  const std::optional<Batch> batch = s->next_batch();
-  if (!batch) {
-    v.skipped = true;
-    v.evidence = "the scenario has no training batch";
-    return v;
-  }
+VitalSign overfit_one_batch(const ScenarioFactory& make, const Probe& probe, const DoctorOptions& o) {
+  VitalSign v = sign("overfit_one_batch");
+  std::unique_ptr<Scenario> s = guarded("setup", make);
+  for (const NamedOptimizer& opt : s->optimizers()) disable_weight_decay(*opt.optimizer);
+  // No dropout; a batch-normalized model keeps training mode (its running
+  // statistics would otherwise stand in for the batch's).
+  if (!has_batch_norm(s->model())) s->model().eval();
+  const Batch& batch = probe.batches.front();
+  Trainer trainer(*s, /*schedule=*/false);  // the config's peak learning rate
   double first = NAN, last = NAN;
   int64_t steps = 0;
   bool converged = false, diverged = false;
-  for (; steps <= o.overfit_steps; ++steps) {
-    s->optimizer().zero_grad();
-    const torch::Tensor loss = s->loss(s->forward(batch->inputs, Tap()), batch->targets);
-    last = loss.item<double>();
+  for (; steps < o.overfit_steps; ++steps) {
+    last = trainer.step(steps, {batch}, nullptr).item<double>();
     if (steps == 0) first = last;
     if (!std::isfinite(last)) {
       diverged = true;
@@ -132,35 +442,36 @@ VitalSign overfit_one_batch(const ScenarioFactory& make, const DoctorOptions& o)
       converged = true;
       break;
     }
-    if (steps == o.overfit_steps) break;
-    loss.backward();
-    if (s->grad_clip() > 0) clip_grad_norm(s->model().parameters(), s->grad_clip());
-    s->optimizer_step();
   }
+  const bool fell = std::isfinite(last) && last <= 0.25 * first;
   v.data = {{"first_loss", number(first)}, {"final_loss", number(last)}, {"steps", steps},
-            {"threshold", o.overfit_loss}, {"batch_size", batch->targets.size(0)}};
-  v.evidence = "one batch of " + std::to_string(batch->targets.size(0)) + ": loss " + fmt(first) + " -> " + fmt(last) +
+            {"threshold", o.overfit_loss}, {"batch_size", batch.targets.size(0)}};
+  v.evidence = "one batch of " + std::to_string(batch.targets.size(0)) + ": loss " + fmt(first) + " -> " + fmt(last) +
                (converged ? " in " + std::to_string(steps) + " steps" : " after " + std::to_string(steps) + " steps") +
                " (threshold " + fmt(o.overfit_loss) + ")";
   if (diverged) {
-    v.passed = false;
-    v.hint = "the loss went non-finite while memorizing one batch: lower the learning rate or check the loss";
+    fail(v, kRankOverfit, "the loss goes non-finite while memorizing one batch",
+         "lower the learning rate, or check the loss for log(0) and divisions");
     return v;
   }
-  if (!converged) {
-    v.passed = false;
-    v.hint = "the model cannot memorize one batch: check that every parameter reaches the optimizer, that the "
-             "loss matches the outputs, and the learning rate";
+  if (!converged && !fell) {
+    fail(v, kRankOverfit, "the model cannot memorize one batch (loss " + fmt(first) + " -> " + fmt(last) + ")",
+         "check that every parameter reaches the optimizer, that the loss matches the outputs, and the learning rate");
     return v;
   }
+  if (!converged) v.evidence += ": not there yet, but falling (a low learning rate)";
   // Now compare its predictions with held-out labels.
-  const std::vector<Batch> heldout = s->heldout(o.heldout_samples);
-  if (heldout.empty()) return v;
+  if (!probe.has_heldout) return v;
+  std::vector<Prediction> preds;
+  {
+    EvalMode eval(s->model());
+    torch::NoGradGuard no_grad;
+    for (const Batch& b : probe.heldout) add_predictions(guarded("forward", [&] { return s->forward(b.inputs, Tap()); }), b.targets, &preds);
+  }
   int64_t present = 0;
-  const std::map<int64_t, int64_t> shifted = shifted_classes(predict(*s, heldout), s->num_classes(), &present);
+  const std::map<int64_t, int64_t> shifted = shifted_classes(preds, probe.classes, &present);
   v.data["shifted_classes"] = shifted.size();
   if (present > 0 && double(shifted.size()) >= 0.7 * double(present)) {
-    v.passed = false;
     std::string map;
     for (const auto& [from, to] : shifted) {
       map += (map.empty() ? "" : ", ") + std::to_string(from) + "->" + std::to_string(to);
@@ -168,299 +479,326 @@ VitalSign overfit_one_batch(const ScenarioFactory& make, const DoctorOptions& o)
     }
     v.evidence += "; but held-out images of " + std::to_string(shifted.size()) + " of " + std::to_string(present) +
                   " classes are confidently predicted as another class: " + map;
-    v.hint = "the model fits its labels, but they disagree with held-out labels the same way every time: "
-             "labels look shifted or permuted (an off-by-one, a class order mix-up)";
+    fail(v, kRankShiftedLabels, "the training labels are shifted or permuted against the held-out ones (" + map + ")",
+         "the model fits its labels, but they disagree with held-out labels the same way every time: labels look "
+         "shifted or permuted (an off-by-one, a class order mix-up)");
   }
   return v;
 }
 
 // ---- the run the other signs watch ----
 
-struct Run {
-  std::vector<StepRecord> records;
-  std::vector<std::string> weights;               // weight parameter names
-  std::vector<double> mean_abs_grad;              // per weight, over the flow steps
-  std::vector<bool> any_grad;                     // per weight: some nonzero gradient seen
-  std::map<std::string, double> zero_first, zero_last;  // hidden tap -> share of exact zeros
-  double logits_moved = 0, logits_scale = 0;      // on a fixed input, start to end
-  std::vector<Prediction> heldout;
-  bool has_heldout = false;
-  int64_t classes = 10;
-  std::string output_layer;
-  Verdict verdict;
-};
-
-class Tee : public TapSink {
- public:
-  Tee(Monitor& m, std::map<std::string, double>& zeros) : m_(m), zeros_(zeros) {}
-  void on_tap(const char* name, const torch::Tensor& t) override {
-    m_.on_tap(name, t);
-    const std::string n = name;
-    if (n.size() >= 7 && n.compare(n.size() - 7, 7, "_logits") == 0) return;  // outputs are not units
-    torch::NoGradGuard no_grad;
-    zeros_[n] = t.numel() ? (t.detach() == 0).sum().item<double>() / double(t.numel()) : 0.0;
+std::vector<UnitProbe::Layer> probe_units(Scenario& s, const Probe& p, std::vector<Prediction>* preds) {
+  UnitProbe units;
+  EvalMode eval(s.model());
+  torch::NoGradGuard no_grad;
+  for (const Batch& b : p.heldout) {
+    const torch::Tensor out = guarded("forward", [&] { return s.forward(b.inputs, Tap(&units)); });
+    if (preds) add_predictions(out, b.targets, preds);
   }
-
- private:
-  Monitor& m_;
-  std::map<std::string, double>& zeros_;
-};
-
-Run watch(const ScenarioFactory& make, const DoctorOptions& o) {
-  Run run;
-  std::unique_ptr<Scenario> s = make();
-  run.classes = s->num_classes();
-  for (const NamedTensor& w : weights_of(*s)) run.weights.push_back(w.name);
-  if (!run.weights.empty()) run.output_layer = layer_of(run.weights.back());
-  run.mean_abs_grad.assign(run.weights.size(), 0.0);
-  run.any_grad.assign(run.weights.size(), false);
-  const std::vector<NamedTensor> weights = weights_of(*s);
-  Monitor monitor(*s, o.rules);
-  std::optional<Batch> fixed = s->next_batch();
-  if (!fixed) return run;
-  torch::Tensor before;
-  {
-    torch::NoGradGuard no_grad;
-    before = s->forward(fixed->inputs, Tap()).detach().clone();
-  }
-  std::optional<Batch> batch = fixed;
-  for (int64_t step = 0; step < o.steps && batch; ++step) {
-    std::map<std::string, double> zeros;
-    Tee tee(monitor, zeros);
-    monitor.begin_step(*batch);
-    s->optimizer().zero_grad();
-    const torch::Tensor loss = s->loss(s->forward(batch->inputs, Tap(&tee)), batch->targets);
-    monitor.after_loss(loss);
-    loss.backward();
-    monitor.after_backward();
-    if (step < o.flow_steps) {
-      torch::NoGradGuard no_grad;
-      for (size_t i = 0; i < weights.size(); ++i) {
-        const torch::Tensor& g = weights[i].tensor.grad();
-        if (!g.defined()) continue;
-        const double m = g.abs().mean().item<double>();
-        if (!std::isfinite(m)) continue;  // the failing step: the non-finite sign tells that story
-        run.mean_abs_grad[i] += m / double(o.flow_steps);
-        run.any_grad[i] = run.any_grad[i] || m != 0;
-      }
-    }
-    if (s->grad_clip() > 0) clip_grad_norm(s->model().parameters(), s->grad_clip());
-    s->optimizer_step();
-    StepRecord r = monitor.finish_step();
-    if (step == 0) run.zero_first = zeros;
-    run.zero_last = zeros;
-    const bool bad = r.health == Health::kNonFinite;
-    if (bad) {
-      run.verdict.outcome = Outcome::kNonFinite;
-      run.verdict.fault = r.fault;
-      run.verdict.failure_step = r.step;
-    }
-    run.records.push_back(std::move(r));
-    if (bad) break;
-    batch = s->next_batch();
-  }
-  {
-    torch::NoGradGuard no_grad;
-    const torch::Tensor after = s->forward(fixed->inputs, Tap()).detach();
-    run.logits_moved = (after - before).abs().max().item<double>();
-    run.logits_scale = before.abs().max().item<double>();
-  }
-  const std::vector<Batch> heldout = s->heldout(o.heldout_samples);
-  run.has_heldout = !heldout.empty();
-  if (run.has_heldout && !run.verdict.failure_step) run.heldout = predict(*s, heldout);
-  return run;
+  return units.layers(p.output_tail);
 }
 
-// ---- 2. frozen output ----
+torch::Tensor fixed_outputs(Scenario& s, const Batch& b) {
+  EvalMode eval(s.model());
+  torch::NoGradGuard no_grad;
+  return guarded("forward", [&] { return s.forward(b.inputs, Tap()); }).detach().to(torch::kFloat64).clone();
+}
 
-VitalSign frozen_output(const Run& run) {
-  VitalSign v;
-  v.name = "frozen_output";
-  if (run.records.empty()) {
-    v.skipped = true;
-    v.evidence = "no training step ran";
-    return v;
+Watched watch(const ScenarioFactory& make, const Probe& p, const DoctorOptions& o) {
+  Watched w;
+  std::unique_ptr<Scenario> s = guarded("setup", make);
+  for (const ParamSlot& slot : parameter_slots(*s)) {
+    if (slot.tensor.dim() < 2) continue;
+    w.weights.push_back(slot.name);
+    w.weight_numel.push_back(slot.tensor.numel());
+    w.trainable.push_back(slot.tensor.requires_grad());
   }
-  const double log_classes = std::log(double(run.classes));
+  if (!w.weights.empty()) w.output_layer = layer_of(w.weights.back());
+  const torch::Tensor before = fixed_outputs(*s, p.batches.front());
+  w.units_first = probe_units(*s, p, nullptr);
+  HealthRules rules = o.rules;
+  rules.stop_at = StopAt::kNonFinite;  // watch past the first extreme step
+  BurstOptions options;
+  options.max_steps = o.steps;
+  options.on_step = [&](const StepRecord& r) { w.records.push_back(r); };
+  w.verdict = run_burst(*s, rules, options).verdict;
+  if (w.verdict.outcome == Outcome::kCrashed) return w;
+  const torch::Tensor after = fixed_outputs(*s, p.batches.front());
+  w.outputs_moved = (after - before).abs().max().item<double>();
+  w.outputs_scale = before.abs().max().item<double>();
+  if (!w.verdict.failure_step) w.units_last = probe_units(*s, p, &w.predictions);
+  return w;
+}
+
+// ---- 6. frozen output ----
+
+VitalSign frozen_output(const Watched& w, const Probe& p) {
+  VitalSign v = sign("frozen_output");
+  if (w.records.empty()) return skipped("frozen_output", "no training step ran");
+  const double log_classes = std::log(double(p.classes));
   double tail = 0;
   int n = 0;
-  for (size_t i = run.records.size() > 10 ? run.records.size() - 10 : 0; i < run.records.size(); ++i) {
-    if (std::isfinite(run.records[i].loss)) tail += run.records[i].loss, ++n;
+  for (size_t i = w.records.size() > 10 ? w.records.size() - 10 : 0; i < w.records.size(); ++i) {
+    if (std::isfinite(w.records[i].loss)) tail += w.records[i].loss, ++n;
   }
   tail = n ? tail / n : NAN;
-  const bool still = run.logits_moved <= 1e-7 * (1 + run.logits_scale);
+  const bool still = w.outputs_moved <= 1e-7 * (1 + w.outputs_scale);
   const bool at_chance = std::fabs(tail - log_classes) < 0.25;
-  v.data = {{"loss_first", number(run.records.front().loss)}, {"loss_last", number(tail)},
-            {"log_classes", log_classes}, {"logits_moved", number(run.logits_moved)}};
-  v.evidence = "loss " + fmt(run.records.front().loss) + " -> " + fmt(tail) + " (log " + std::to_string(run.classes) +
-               " = " + fmt(log_classes) + "); logits on a fixed input moved by " + fmt(run.logits_moved) + " in " +
-               std::to_string(run.records.size()) + " steps";
+  v.data = {{"loss_first", number(w.records.front().loss)}, {"loss_last", number(tail)},
+            {"log_classes", log_classes}, {"outputs_moved", number(w.outputs_moved)}};
+  v.evidence = "loss " + fmt(w.records.front().loss) + " -> " + fmt(tail) + " (log " + std::to_string(p.classes) +
+               " = " + fmt(log_classes) + "); outputs on a fixed input moved by " + fmt(w.outputs_moved) + " in " +
+               std::to_string(w.records.size()) + " steps";
   if (still && at_chance) {
-    v.passed = false;
-    v.named = {run.output_layer};
+    v.named = {w.output_layer};
     v.evidence += ": frozen";
-    v.hint = "the output layer (" + run.output_layer + ") gets no gradient: look for a detach(), a no_grad block or a "
-             "frozen requires_grad between the logits and the loss";
+    fail(v, kRankFrozen, "the output is frozen: the loss stays at chance and no output moves",
+         "the output layer (" + w.output_layer + ") gets no gradient: look for a detach(), a no_grad block or a "
+         "frozen requires_grad between the logits and the loss");
   }
   return v;
 }
 
-// ---- 3. gradient flow ----
+// ---- 7. gradient flow ----
 
-VitalSign gradient_flow(const Run& run, const DoctorOptions& o) {
-  VitalSign v;
-  v.name = "gradient_flow";
-  if (run.records.empty() || run.weights.empty()) {
-    v.skipped = true;
-    v.evidence = "no weights or no step";
-    return v;
+VitalSign gradient_flow(const Watched& w, const DoctorOptions& o) {
+  VitalSign v = sign("gradient_flow");
+  if (w.records.empty() || w.weights.empty()) return skipped("gradient_flow", "no weights or no step");
+  const size_t n = w.weights.size();
+  std::vector<double> rms(n, 0.0), peak(n, 0.0);
+  std::vector<bool> any(n, false);
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < n; ++i) index[w.weights[i]] = i;
+  int64_t flow_steps = 0;
+  for (const StepRecord& r : w.records) {
+    const bool flow = flow_steps < o.flow_steps;
+    bool finite = true;
+    for (const LayerStats& l : r.layers) finite = finite && std::isfinite(l.grad_norm);
+    for (const LayerStats& l : r.layers) {
+      auto it = index.find(l.name);
+      if (it == index.end() || !std::isfinite(l.grad_norm)) continue;
+      const size_t i = it->second;
+      peak[i] = std::max(peak[i], l.grad_norm);
+      any[i] = any[i] || l.grad_norm > 0;
+      if (flow && finite) rms[i] += l.grad_norm / std::sqrt(double(w.weight_numel[i]));
+    }
+    flow_steps += flow && finite;
   }
-  std::vector<std::string> zero;
   double largest = 0, smallest = INFINITY;
   json layers = json::object();
   std::string table;
-  for (size_t i = 0; i < run.weights.size(); ++i) {
-    const std::string layer = layer_of(run.weights[i]);
-    layers[layer] = number(run.mean_abs_grad[i]);
-    table += (table.empty() ? "" : ", ") + layer + " " + fmt(run.mean_abs_grad[i]);
-    if (!run.any_grad[i]) {
+  std::vector<std::string> zero;
+  for (size_t i = 0; i < n; ++i) {
+    if (flow_steps > 0) rms[i] /= double(flow_steps);
+    const std::string layer = layer_of(w.weights[i]);
+    layers[layer] = {{"rms_grad", number(rms[i])}, {"peak_grad_norm", number(peak[i])}};
+    if (!w.trainable[i]) continue;  // frozen on purpose
+    table += (table.empty() ? "" : ", ") + layer + " " + fmt(rms[i]);
+    if (!any[i]) {
       zero.push_back(layer);
       continue;
     }
-    largest = std::max(largest, run.mean_abs_grad[i]);
-    smallest = std::min(smallest, run.mean_abs_grad[i]);
+    largest = std::max(largest, rms[i]);
+    smallest = std::min(smallest, rms[i]);
   }
   const double spread = std::isfinite(smallest) && smallest > 0 ? largest / smallest : 1.0;
-  v.data = {{"mean_abs_grad", layers}, {"spread", number(spread)}};
-  v.evidence = "mean |grad| over the first " + std::to_string(std::min<int64_t>(o.flow_steps, run.records.size())) +
-               " steps: " + table + " (spread " + fmt(spread) + "x)";
-  // Exploding: a layer norm above 100, or the global norm climbing 5 steps running by 10x in all.
-  std::set<std::string> exploding;
-  for (const StepRecord& r : run.records) {
-    for (const LayerStats& l : r.layers) {
-      if (l.grad_norm > 100) exploding.insert(layer_of(l.name));
-    }
+  v.data = {{"layers", layers}, {"spread", number(spread)}};
+  v.evidence = "RMS gradient per weight over the first " + std::to_string(flow_steps) + " steps: " + table +
+               " (spread " + fmt(spread) + "x)";
+  // Exploding: a layer norm above 100, or the global norm climbing 5 steps running, 10x in all.
+  std::vector<std::string> exploding;
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (peak[i] > 100) exploding.push_back(layer_of(w.weights[i]));
+    worst = std::max(worst, peak[i]);
   }
   bool climbing = false;
-  for (size_t i = 5; i < run.records.size() && !climbing; ++i) {
+  const auto& rec = w.records;
+  for (size_t i = 5; i < rec.size() && !climbing; ++i) {
     bool up = true;
-    for (size_t k = i - 4; k <= i; ++k) up = up && run.records[k].grad_norm > run.records[k - 1].grad_norm;
-    climbing = up && run.records[i].grad_norm >= 10 * run.records[i - 5].grad_norm && run.records[i].grad_norm > 1;
+    for (size_t k = i - 4; k <= i; ++k) up = up && rec[k].grad_norm > rec[k - 1].grad_norm;
+    climbing = up && rec[i].grad_norm >= 10 * rec[i - 5].grad_norm && rec[i].grad_norm > 1;
   }
   if (!zero.empty()) {
-    v.passed = false;
     v.named = zero;
-    std::string list;
-    for (const std::string& z : zero) list += (list.empty() ? "" : ", ") + z;
-    v.evidence += "; exactly zero gradient: " + list;
-    v.hint = "these layers get no gradient: a detach(), a missing path from them to the loss, or units that never fire";
-  } else if (spread >= 1000) {
-    v.passed = false;
-    for (size_t i = 0; i < run.weights.size(); ++i) {
-      if (run.mean_abs_grad[i] * 1000 <= largest) v.named.push_back(layer_of(run.weights[i]));
-    }
-    v.hint = "vanishing gradients: the named layers get 1,000x less than the best-fed one; use ReLU/GELU instead of "
-             "saturating activations, a better init, normalization or residual connections";
+    v.evidence += "; exactly zero gradient: " + list(zero);
+    fail(v, kRankGradientFlow, "no gradient reaches " + list(zero, 3),
+         "a detach(), a missing path from them to the loss, or units that never fire");
   } else if (!exploding.empty() || climbing) {
-    v.passed = false;
-    v.named.assign(exploding.begin(), exploding.end());
-    std::string list;
-    for (const std::string& e : exploding) list += (list.empty() ? "" : ", ") + e;
+    v.named = exploding;
     v.evidence += exploding.empty() ? "; the global grad norm climbed 5 steps running, 10x in all"
-                                    : "; grad norm above 100 in " + list;
-    v.hint = "exploding gradients: clip the global grad norm (grad_clip), lower the learning rate, or fix the init scale";
+                                    : "; grad norm above 100 in " + list(exploding) + " (up to " + fmt(worst) + ")";
+    fail(v, kRankGradientFlow,
+         exploding.empty() ? "exploding gradients: the global norm climbs 10x in 5 steps"
+                           : "exploding gradients in " + list(exploding, 3) + " (norm up to " + fmt(worst) + ")",
+         "clip the global grad norm (grad_clip), lower the learning rate, or fix the init scale or the input scale");
+  } else if (spread >= 1000) {
+    for (size_t i = 0; i < n; ++i) {
+      if (w.trainable[i] && rms[i] * 1000 <= largest) v.named.push_back(layer_of(w.weights[i]));
+    }
+    std::string best;
+    for (size_t i = 0; i < n; ++i) {
+      if (rms[i] == largest) best = layer_of(w.weights[i]);
+    }
+    v.evidence += "; vanishing in " + list(v.named);
+    fail(v, kRankGradientFlow,
+         "vanishing gradients: " + list(v.named, 3) + " get 1,000x less than " + best + " (RMS " + fmt(smallest) +
+             " against " + fmt(largest) + ")",
+         "use ReLU/GELU instead of saturating activations, a better init, normalization or residual connections");
   }
   return v;
 }
 
-// ---- 4. dead units ----
+// ---- 8. dead units ----
 
-VitalSign dead_units(const Run& run) {
-  VitalSign v;
-  v.name = "dead_units";
-  if (run.zero_first.empty()) {
-    v.skipped = true;
-    v.evidence = "no hidden activation taps";
-    return v;
+VitalSign dead_units(const Watched& w) {
+  VitalSign v = sign("dead_units");
+  if (w.units_first.empty() && w.units_last.empty()) return skipped("dead_units", "no hidden activation taps");
+  std::map<std::string, std::pair<const UnitProbe::Layer*, const UnitProbe::Layer*>> by_tap;
+  std::vector<std::string> order;
+  for (const auto& l : w.units_first) by_tap[l.tap].first = &l, order.push_back(l.tap);
+  for (const auto& l : w.units_last) {
+    if (!by_tap.count(l.tap)) order.push_back(l.tap);
+    by_tap[l.tap].second = &l;
   }
-  std::string table;
-  for (const auto& [tap, first] : run.zero_first) {
-    const double last = run.zero_last.count(tap) ? run.zero_last.at(tap) : first;
-    v.data[tap] = {{"zero_first", first}, {"zero_last", last}};
-    table += (table.empty() ? "" : ", ") + tap + " " + pct(first) + " -> " + pct(last);
-    if (std::max(first, last) >= 0.7) v.named.push_back(tap);
+  std::string table, worst, worst_kind;
+  double worst_share = 0;
+  for (const std::string& tap : order) {
+    const auto [first, last] = by_tap[tap];
+    const UnitProbe::Layer& any = first ? *first : *last;
+    const double a = first ? first->share() : NAN, b = last ? last->share() : NAN;
+    v.data[tap] = {{"kind", any.kind}, {"units", any.units}, {"dead_first", number(a)}, {"dead_last", number(b)}};
+    table += (table.empty() ? "" : ", ") + tap + " " + (first ? pct(a) : "n/a") + " -> " + (last ? pct(b) : "n/a") +
+             " of " + std::to_string(any.units) + (any.kind == "rectifier" ? "" : " (" + any.kind + ")");
+    const double share = std::max(first ? a : 0.0, last ? b : 0.0);
+    if (share >= kDeadShare) {
+      v.named.push_back(tap);
+      if (share > worst_share) worst_share = share, worst = tap + " (" + any.kind + ")", worst_kind = any.kind;
+    }
   }
-  v.evidence = "share of exactly-zero activations, first step -> last: " + table + " (dead at 70%)";
+  v.evidence = "units dead on every held-out sample, start -> end: " + table + " (flagged at " + pct(kDeadShare) + ")";
   if (!v.named.empty()) {
-    v.passed = false;
-    v.hint = "units that never fire pass no gradient: check the bias init (large negative values), lower the learning "
-             "rate, or use LeakyReLU";
+    fail(v, kRankDeadUnits,
+         pct(worst_share) + " of the units of " + worst +
+             (worst_kind == "rectifier" ? " are dead (never positive)" : " are saturated") + " on every held-out sample",
+         "dead rectifiers: check the bias init (large negative values) or lower the learning rate, or use LeakyReLU; "
+         "saturated sigmoid/tanh: scale the init down (Xavier) or normalize the pre-activations");
   }
   return v;
 }
 
-// ---- 5. non-finite source ----
+// ---- 9. non-finite source ----
 
-VitalSign non_finite_source(const Run& run) {
-  VitalSign v;
-  v.name = "non_finite_source";
-  if (!run.verdict.fault) {
-    v.evidence = "every step of " + std::to_string(run.records.size()) + " stayed finite";
+// The largest finite magnitude among a step's statistics.
+double magnitude(const StepRecord& r) {
+  double m = 0;
+  for (double x : {std::fabs(r.loss), r.output_max, r.activation_max, r.grad_max, r.state_max}) {
+    if (std::isfinite(x)) m = std::max(m, x);
+  }
+  return m;
+}
+
+VitalSign non_finite_source(const Watched& w) {
+  VitalSign v = sign("non_finite_source");
+  if (!w.verdict.fault) {
+    v.evidence = "every step of " + std::to_string(w.records.size()) + " stayed finite";
     return v;
   }
-  const Fault& f = *run.verdict.fault;
-  v.passed = false;
+  const Fault& f = *w.verdict.fault;
+  const int64_t step = *w.verdict.failure_step;
   v.named = {f.tensor};
-  v.data = {{"fault", to_json(f)}, {"step", *run.verdict.failure_step}};
-  v.evidence = "step " + std::to_string(*run.verdict.failure_step) + ": " + f.describe();
-  if (f.stage == Stage::kLoss) {
-    v.evidence += ", with every logit finite";
-    v.hint = "the loss itself makes the non-finite value (log(0), 0 x log(0)): add an epsilon, or use log_softmax / "
-             "cross_entropy instead of log(softmax)";
-    return v;
+  v.evidence = "step " + std::to_string(step) + ": " + f.describe();
+  // Overflow: finite values past 1e30 at the fault or the step before, or magnitudes grown 1,000x.
+  const size_t n = w.records.size();
+  const double at_fault = n ? magnitude(w.records.back()) : 0, before = n >= 2 ? magnitude(w.records[n - 2]) : 0;
+  std::vector<double> early;
+  for (size_t i = 0; i + 1 < n && i < 5; ++i) early.push_back(magnitude(w.records[i]));
+  std::sort(early.begin(), early.end());
+  const double baseline = early.empty() ? 0 : early[early.size() / 2];
+  const double peak = std::max(at_fault, before);
+  const bool overflow = peak >= 1e30 || (baseline > 0 && peak >= 1e3 * baseline && peak >= 1e4);
+  const double output_max = n ? w.records.back().output_max : 0;
+  v.data = {{"fault", to_json(f)}, {"step", step}, {"peak_finite", number(peak)},
+            {"early_magnitude", number(baseline)}, {"output_max", number(output_max)}};
+  if (f.tensor == "input") {
+    v.evidence += ": in the data itself";
+    fail(v, kRankNanInput, "the training data holds NaN/Inf (step " + std::to_string(step) + ")",
+         "find the bad samples in the data pipeline (a division by a zero std, a missing value) and fix or drop them");
+  } else if (overflow) {
+    v.evidence += "; finite values had reached " + fmt(peak) + " (" + fmt(baseline) + " in the first steps)";
+    v.data["kind"] = "overflow";
+    fail(v, kRankOverflow,
+         "float32 overflow: values grew to " + fmt(peak) + " before step " + std::to_string(step) + " went non-finite",
+         "the learning rate is too high or the gradients explode: lower the learning rate, clip the grad norm "
+         "(grad_clip), check the init and input scale");
+  } else if (f.stage == Stage::kLoss) {
+    v.evidence += ", from finite outputs (max |output| " + fmt(output_max) + ")";
+    v.data["kind"] = "loss";
+    fail(v, kRankOpMakesNaN,
+         "the loss itself makes NaN/Inf from finite, moderate outputs: log(0), 0 x log(0) or a division by zero",
+         "add an epsilon, or use log_softmax / cross_entropy instead of log(softmax)");
+  } else if (f.stage == Stage::kForward) {
+    v.evidence += ", from finite, moderate values before it";
+    v.data["kind"] = "forward";
+    fail(v, kRankOpMakesNaN, "an operation in the forward makes NaN/Inf at " + f.tensor + " from finite, moderate values",
+         "look for log(0), a division by zero (a zero std or norm), sqrt of a negative number or exp of a large one "
+         "right before that tap");
+  } else if (f.stage == Stage::kBackward) {
+    v.evidence += ", with a finite loss";
+    v.data["kind"] = "backward";
+    fail(v, kRankOpMakesNaN, "the backward makes a non-finite gradient (" + f.tensor + ") from a finite loss",
+         "an operation whose derivative is infinite at its input: sqrt(0), pow(x, 0.5) at 0, the norm of a zero "
+         "vector, acos(1); add an epsilon inside it");
+  } else {
+    v.data["kind"] = "optimizer_step";
+    fail(v, kRankOverflow, "the optimizer step makes " + f.tensor + " non-finite from finite gradients",
+         "the update overflows (learning rate x gradient) or divides by a tiny second moment (Adam's eps): lower the "
+         "learning rate, raise eps, clip");
   }
-  const size_t n = run.records.size();
-  bool climbed = n >= 3;
-  for (size_t i = n >= 3 ? n - 3 : 0; climbed && i + 2 < n; ++i) {
-    climbed = run.records[i + 1].grad_norm > run.records[i].grad_norm;
-  }
-  v.hint = climbed ? "the gradients climbed before the failure: an explosion; clip the global grad norm, lower the "
-                     "learning rate"
-                   : "it appeared in the " + std::string(to_string(f.stage)) + " stage without a climb: check that "
-                     "stage's arithmetic (divisions, sqrt, exp)";
   return v;
 }
 
-// ---- 6. prediction collapse ----
+// ---- 10. prediction collapse ----
 
-VitalSign prediction_collapse(const Run& run) {
-  VitalSign v;
-  v.name = "prediction_collapse";
-  if (!run.has_heldout || run.heldout.empty()) {
-    v.skipped = true;
-    v.evidence = run.has_heldout ? "the run went non-finite: nothing to predict with" : "the scenario has no held-out data";
-    return v;
+VitalSign prediction_collapse(const Watched& w, const Probe& p) {
+  VitalSign v = sign("prediction_collapse");
+  if (w.predictions.empty()) {
+    return skipped("prediction_collapse", w.verdict.failure_step ? "the run went non-finite: nothing to predict with"
+                                                                 : "no labeled probe data (class ids) to predict");
   }
-  const int64_t c = run.classes;
+  const int64_t c = p.classes;
   std::vector<std::vector<int64_t>> confusion(size_t(c), std::vector<int64_t>(size_t(c), 0));
   std::vector<int64_t> label_count(size_t(c), 0), predicted_count(size_t(c), 0);
   int64_t correct = 0, n = 0;
-  for (const Prediction& p : run.heldout) {
-    if (p.label < 0 || p.label >= c || p.predicted < 0 || p.predicted >= c) continue;
-    ++confusion[p.label][p.predicted];
-    ++label_count[p.label];
-    ++predicted_count[p.predicted];
-    correct += p.label == p.predicted;
+  for (const Prediction& x : w.predictions) {
+    if (x.label < 0 || x.label >= c || x.predicted < 0 || x.predicted >= c) continue;
+    ++confusion[x.label][x.predicted];
+    ++label_count[x.label];
+    ++predicted_count[x.predicted];
+    correct += x.label == x.predicted;
     ++n;
   }
+  if (n == 0) return skipped("prediction_collapse", "no probe label is a class of the output");
   const int64_t majority = std::max_element(label_count.begin(), label_count.end()) - label_count.begin();
   const int64_t top = std::max_element(predicted_count.begin(), predicted_count.end()) - predicted_count.begin();
   const double accuracy = double(correct) / double(n), baseline = double(label_count[majority]) / double(n);
   const double top_share = double(predicted_count[top]) / double(n);
+  // The training data's balance, from the labels the monitor counted.
+  std::vector<int64_t> train(size_t(c), 0);
+  for (const StepRecord& r : w.records) {
+    for (size_t k = 0; k < r.label_histogram.size() && k < size_t(c); ++k) train[k] += r.label_histogram[k];
+  }
+  const int64_t train_total = std::accumulate(train.begin(), train.end(), int64_t{0});
+  const int64_t train_major = std::max_element(train.begin(), train.end()) - train.begin();
+  const double train_share = train_total ? double(train[size_t(train_major)]) / double(train_total) : 0;
+  const bool imbalanced = train_total > 0 && train_share >= std::max(2.0 / double(c), 0.3);
   v.data = {{"accuracy", accuracy}, {"majority_baseline", baseline}, {"majority_class", majority},
-            {"most_predicted_class", top}, {"most_predicted_share", top_share}, {"confusion", confusion}};
+            {"most_predicted_class", top}, {"most_predicted_share", top_share},
+            {"training_majority_class", train_major}, {"training_majority_share", train_share},
+            {"confusion", confusion}};
   std::string matrix = "\n      confusion (rows: label, columns: prediction):";
-  for (int64_t i = 0; i < c; ++i) {
+  for (int64_t i = 0; i < c && c <= 20; ++i) {
     if (label_count[i] == 0) continue;
     matrix += "\n      " + std::to_string(i) + ":";
     for (int64_t k = 0; k < c; ++k) {
@@ -469,65 +807,162 @@ VitalSign prediction_collapse(const Run& run) {
       matrix += cell;
     }
   }
-  v.evidence = "held-out accuracy " + pct(accuracy) + " over " + std::to_string(n) + " images; always predicting the "
-               "majority class " + std::to_string(majority) + " scores " + pct(baseline) + "; class " +
-               std::to_string(top) + " gets " + pct(top_share) + " of the predictions" + matrix;
+  v.evidence = std::string(p.has_heldout ? "held-out" : "training-batch") + " accuracy " + pct(accuracy) + " over " +
+               std::to_string(n) + " samples; always predicting the majority class " + std::to_string(majority) +
+               " scores " + pct(baseline) + "; class " + std::to_string(top) + " gets " + pct(top_share) +
+               " of the predictions; the training labels are " +
+               (train_total ? pct(train_share) + " class " + std::to_string(train_major) : std::string("unknown")) +
+               matrix;
   if (accuracy <= baseline + 0.02) {
-    v.passed = false;
     v.named = {"class " + std::to_string(top)};
-    v.hint = top_share >= 0.9 ? "predictions collapsed to one class: the model learned the class frequencies, not "
-                                "the images; rebalance the data or weight the loss"
-                              : "the model is no better than the majority baseline: check the labels and that the "
-                                "inputs reach the model";
+    if (imbalanced) {
+      fail(v, kRankCollapse,
+           "the predictions collapse to the training data's majority: " + pct(train_share) + " of its labels are class " +
+               std::to_string(train_major),
+           "the model learned the class frequencies, not the inputs: rebalance the data (resample) or weight the loss "
+           "by inverse class frequency");
+    } else {
+      fail(v, kRankCollapse,
+           "the predictions are no better than chance on balanced data (" + pct(top_share) + " go to class " +
+               std::to_string(top) + ")",
+           "the model is not using its inputs: check that the inputs reach the model, the labels match the inputs, "
+           "the learning rate, and dead or saturated layers");
+    }
   }
   return v;
 }
 
-// ---- 7. grad norm range ----
+// ---- 11. grad norm range ----
 
-VitalSign grad_norm_range(const Run& run) {
-  VitalSign v;
-  v.name = "grad_norm_range";
+VitalSign grad_norm_range(const Watched& w) {
+  VitalSign v = sign("grad_norm_range");
   std::vector<double> norms;
-  for (const StepRecord& r : run.records) {
+  for (const StepRecord& r : w.records) {
     if (std::isfinite(r.grad_norm)) norms.push_back(r.grad_norm);
   }
-  if (norms.empty()) {
-    v.skipped = true;
-    v.evidence = "no finite gradient norm";
-    return v;
-  }
+  if (norms.empty()) return skipped("grad_norm_range", "no finite gradient norm");
   std::sort(norms.begin(), norms.end());
   const double median = norms[norms.size() / 2];
   v.data = {{"median", median}, {"min", norms.front()}, {"max", norms.back()}};
   v.evidence = "global grad norm: median " + fmt(median) + ", range " + fmt(norms.front()) + " to " + fmt(norms.back()) +
-               " (sane: 0.001 to 10)";
-  if (median < 1e-3 || median > 10) {
-    v.passed = false;
-    v.hint = median < 1e-3 ? "gradients are tiny: vanishing, dead units or a detached path"
-                           : "gradients are large: lower the learning rate or clip";
+               " (sane: median 0.001 to 10, peak up to 1000)";
+  if (median < 1e-3) {
+    fail(v, kRankGradRange, "the gradients are tiny (median norm " + fmt(median) + ")",
+         "vanishing gradients, dead units or a detached path");
+  } else if (median > 10 || norms.back() > 1e3) {
+    fail(v, kRankGradRange,
+         median > 10 ? "the gradients are large (median norm " + fmt(median) + ")"
+                     : "the gradient norm spikes to " + fmt(norms.back()) + " (median " + fmt(median) + ")",
+         "lower the learning rate or clip the grad norm (grad_clip)");
   }
   return v;
+}
+
+// ---- 12. the monitor's verdict ----
+
+VitalSign monitor_health(const Watched& w, const DoctorOptions& o) {
+  VitalSign v = sign("monitor_health");
+  const Verdict& r = w.verdict;
+  v.data = to_json(r);
+  if (!r.onset_step) {
+    v.evidence = "no extreme or non-finite step in " + std::to_string(r.steps_run) + " (the config's health rules)";
+    return v;
+  }
+  std::string rules;
+  for (const std::string& x : r.onset_rules) rules += (rules.empty() ? "" : ", ") + x;
+  v.named = r.onset_rules;
+  v.evidence = "step " + std::to_string(*r.onset_step) + " went " +
+               (r.onset_rules.size() == 1 && r.onset_rules[0] == "non_finite" ? "non-finite" : "extreme") + ": " + rules;
+  if (r.failure_step) v.evidence += "; non-finite at step " + std::to_string(*r.failure_step);
+  fail(v, kRankHealth, "the monitor flags step " + std::to_string(*r.onset_step) + " (" + rules + ")",
+       "see `spikehunt run` on this config for the steps around it; the rules are under health.* in the config");
+  return v;
+}
+
+// ---- assembling ----
+
+Probe probe_scenario(Scenario& s, const DoctorOptions& o, DoctorReport* report) {
+  Probe p;
+  report->parameters = parameter_count(s.model());
+  for (const NamedOptimizer& opt : s.optimizers()) {
+    const size_t groups = opt.optimizer->param_groups().size();
+    report->optimizers.push_back(opt.name + (groups > 1 ? " (" + std::to_string(groups) + " groups)" : ""));
+  }
+  Trainer trainer(s);
+  for (int i = 0; i < 4; ++i) {
+    std::vector<Batch> b = trainer.next_batches();
+    if (b.empty()) break;
+    p.batches.insert(p.batches.end(), b.begin(), b.end());
+  }
+  if (p.batches.empty()) return p;
+  p.heldout = guarded("data", [&] { return s.heldout(o.heldout_samples); });
+  p.has_heldout = !p.heldout.empty();
+  if (!p.has_heldout) p.heldout = p.batches;
+  const torch::Tensor out = fixed_outputs(s, p.batches.front());
+  p.output_tail = out.sizes().vec();
+  if (!p.output_tail.empty()) p.output_tail.erase(p.output_tail.begin());
+  p.classes = out.dim() == 2 ? out.size(1) : s.num_classes();
+  return p;
 }
 
 }  // namespace
 
 DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
   DoctorReport report;
-  report.signs.push_back(overfit_one_batch(make, o));
-  const Run run = watch(make, o);
-  report.signs.push_back(frozen_output(run));
-  report.signs.push_back(gradient_flow(run, o));
-  report.signs.push_back(dead_units(run));
-  report.signs.push_back(non_finite_source(run));
-  report.signs.push_back(prediction_collapse(run));
-  report.signs.push_back(grad_norm_range(run));
+  static const char* const kAll[] = {"input_scale",       "optimizer_coverage", "loss_output_mismatch",
+                                     "overfit_one_batch", "frozen_output",      "gradient_flow",
+                                     "dead_units",        "non_finite_source",  "prediction_collapse",
+                                     "grad_norm_range",   "monitor_health"};
+  auto rest_skipped = [&](const std::string& why) {
+    for (const char* name : kAll) {
+      if (report.find(name) == nullptr) report.signs.push_back(skipped(name, why));
+    }
+  };
+  VitalSign code = sign("training_code_error");
+  report.signs.push_back(code);
+  try {
+    std::unique_ptr<Scenario> s = guarded("setup", make);
+    report.scenario = s->config().scenario;
+    const Probe p = probe_scenario(*s, o, &report);
+    if (p.batches.empty()) {
+      rest_skipped("the scenario has no training batch");
+      return report;
+    }
+    report.signs.push_back(input_scale(p));
+    report.signs.push_back(optimizer_coverage(*s));
+    report.signs.push_back(loss_output_mismatch(*s, p.batches.front()));
+    s.reset();
+    report.signs.push_back(overfit_one_batch(make, p, o));
+    const Watched w = watch(make, p, o);
+    if (w.verdict.outcome == Outcome::kCrashed) {
+      throw TrainingError(w.verdict.crash_stage, w.verdict.message, w.verdict.crash_cause, w.verdict.message);
+    }
+    report.signs.push_back(frozen_output(w, p));
+    report.signs.push_back(gradient_flow(w, o));
+    report.signs.push_back(dead_units(w));
+    report.signs.push_back(non_finite_source(w));
+    report.signs.push_back(prediction_collapse(w, p));
+    report.signs.push_back(grad_norm_range(w));
+    report.signs.push_back(monitor_health(w, o));
+    report.signs.front().evidence = "the training code ran " + std::to_string(w.records.size()) + " steps without throwing";
+  } catch (const TrainingError& e) {
+    report.signs.front() = code_error_sign(e);
+    rest_skipped("the training code threw");
+  } catch (const std::logic_error& e) {  // the scenario breaks its contract (scenario.h)
+    report.signs.front() = code_error_sign(TrainingError("setup", e.what(), e.what(), e.what()));
+    rest_skipped("the scenario breaks the contract of scenario.h");
+  }
   return report;
 }
 
-std::string doctor_text(const DoctorReport& report) {
+std::string doctor_text(const DoctorReport& report, bool verbose) {
   std::string out;
-  int failed = 0, skipped = 0;
+  if (const VitalSign* top = report.top()) {
+    out += "most likely cause: " + top->cause + "  [" + top->name + "]\n";
+  } else {
+    out += "no vital sign failed: nothing points at a classic training bug\n";
+  }
+  int failed = 0, skipped_n = 0;
   for (const VitalSign& s : report.signs) {
     char head[64];
     std::snprintf(head, sizeof head, "  %-4s  %-20s ", s.skipped ? "skip" : s.passed ? "pass" : "FAIL", s.name.c_str());
@@ -535,21 +970,28 @@ std::string doctor_text(const DoctorReport& report) {
     if (!s.passed) {
       ++failed;
       out += "        hint: " + s.hint + "\n";
+      if (verbose && s.data.contains("full")) out += "        full text:\n" + s.data["full"].get<std::string>() + "\n";
     }
-    skipped += s.skipped;
+    skipped_n += s.skipped;
   }
-  out += std::to_string(report.signs.size()) + " vital signs: " + std::to_string(report.signs.size() - failed - skipped) +
-         " passed, " + std::to_string(failed) + " failed, " + std::to_string(skipped) + " skipped\n";
+  out += std::to_string(report.signs.size()) + " vital signs: " +
+         std::to_string(report.signs.size() - size_t(failed) - size_t(skipped_n)) + " passed, " +
+         std::to_string(failed) + " failed, " + std::to_string(skipped_n) + " skipped\n";
   return out;
 }
 
 json doctor_json(const DoctorReport& report) {
   json signs = json::array();
   for (const VitalSign& s : report.signs) {
-    signs.push_back({{"name", s.name}, {"passed", s.passed}, {"skipped", s.skipped}, {"evidence", s.evidence},
-                     {"hint", s.hint}, {"named", s.named}, {"data", s.data}});
+    json j = {{"name", s.name}, {"passed", s.passed}, {"skipped", s.skipped}, {"evidence", s.evidence},
+              {"hint", s.hint}, {"named", s.named},   {"data", s.data}};
+    if (!s.passed) j["cause"] = s.cause, j["rank"] = s.rank;
+    signs.push_back(j);
   }
-  return {{"passed", report.passed()}, {"signs", signs}};
+  json top = nullptr;
+  if (const VitalSign* t = report.top()) top = {{"sign", t->name}, {"cause", t->cause}, {"hint", t->hint}};
+  return {{"passed", report.passed()}, {"most_likely_cause", top}, {"signs", signs},
+          {"scenario", report.scenario}, {"parameters", report.parameters}, {"optimizers", report.optimizers}};
 }
 
 }  // namespace spikehunt

@@ -1,23 +1,44 @@
 // doctor.h — the vital signs: cheap checks that catch most training bugs
-// before anyone tunes a knob. Runs on any Scenario (the built-in ones, a
-// planted-bug one, or the user's own) and reports each sign as pass / fail
-// with its evidence, the layers or taps it names, and a hint.
-//   overfit_one_batch    one batch, regularization off, up to 1,000 steps: the loss must fall
-//                        to 0.05; then held-out predictions that consistently name another
-//                        class point at shifted or mislabeled targets
-//   frozen_output        loss stuck at log(classes) while the logits on a fixed input do not
-//                        move: the output layer gets no gradient (named)
-//   gradient_flow        mean |grad| per weight over the first 20 steps: a layer with exactly
-//                        zero gradient, a spread of 1,000x or more (vanishing: the starved
-//                        layers are named), a layer norm above 100 or a global norm climbing
-//                        5 steps running by 10x (exploding)
-//   dead_units           share of exactly-zero activations per hidden tap (ReLU outputs), at
-//                        the start and the end of the run: 70% or more is dead
-//   non_finite_source    a non-finite loss with finite logits is the loss itself (log(0));
-//                        non-finite elsewhere after a climbing grad norm is an explosion
-//   prediction_collapse  on held-out data, accuracy no better than always predicting the
-//                        majority class (+2 points) is a collapse; with the confusion matrix
-//   grad_norm_range      the median global grad norm against the sane range [0.001, 10]
+// before anyone tunes a knob, right on code spikehunt has never seen. Runs on
+// any Scenario (the built-in ones, a planted-bug one, or the user's own) and
+// reports each sign as pass / fail with its evidence, the layers, taps or
+// tensors it names and a hint, then ranks the failed ones: the top one is
+// the most likely cause.
+//   training_code_error   the scenario's code (or LibTorch on its behalf) threw: the stage
+//                         (setup, data, forward, loss, backward, optimizer_step), the message,
+//                         and the cause where spikehunt can tell ("the output has 5 classes but
+//                         a label is 8")
+//   input_scale           the first training batches: non-finite values, or a scale far from
+//                         unit (rms above 10, e.g. raw 0..255 pixels, or below 0.01)
+//   optimizer_coverage    a trainable model parameter that no optimizer updates
+//   loss_output_mismatch  the outputs already are probabilities (rows sum to 1) and the loss
+//                         takes them for logits (softmax applied twice)
+//   overfit_one_batch     one batch, weight decay off, the config's peak learning rate, up to
+//                         1,000 steps: the loss must reach 0.05 (or fall to a quarter); then
+//                         held-out predictions that consistently name another class point at
+//                         shifted or mislabeled targets
+//   frozen_output         loss stuck at log(classes) while the outputs on a fixed input do not
+//                         move: the output layer gets no gradient (named)
+//   gradient_flow         RMS gradient per weight over the first 20 steps: a weight with exactly
+//                         zero gradient; exploding (a layer norm above 100, the global norm
+//                         climbing 10x over 5 steps); vanishing (a spread of 1,000x or more,
+//                         the starved layers named)
+//   dead_units            per hidden tap, the share of units dead on every held-out sample, at
+//                         the start and the end: a rectifier unit (ReLU, LeakyReLU, GELU) never
+//                         positive, a sigmoid or tanh unit whose derivative is below 1% of its
+//                         maximum; a layer is flagged at half its units or more
+//   non_finite_source     the run went non-finite: overflow (finite values past 1e30, or
+//                         magnitudes grown 1,000x, before the fault) told from an operation that
+//                         makes NaN/Inf out of moderate values (log(0), 0/0 in the loss or the
+//                         forward; an infinite derivative in the backward) and from NaN inputs
+//   prediction_collapse   held-out accuracy no better than always predicting the majority class
+//                         (+2 points), with the confusion matrix and a hint that fits the
+//                         training data's class balance
+//   grad_norm_range       the median global grad norm outside [0.001, 10], or a peak above 1,000
+//   monitor_health        the monitor's verdict of the watched run: an extreme or non-finite
+//                         step (onset step and rules), with the config's health rules
+// Taps count as hidden layers unless they have the output's shape. Units are
+// dimension 1 of a (B, C) or (B, C, H, W) tap and the last of a (B, T, C) one.
 // Example:
 //   DoctorReport r = run_doctor([] { return make_planted_scenario("dead_relu"); }, DoctorOptions{});
 //   std::cout << doctor_text(r);
@@ -38,11 +59,18 @@ namespace spikehunt {
 struct VitalSign {
   std::string name;                // e.g. "dead_units"
   bool passed = true;
-  bool skipped = false;            // nothing to check (no held-out data, ...)
+  bool skipped = false;            // nothing to check (no held-out data, the code threw, ...)
   std::string evidence;            // what was measured
   std::string hint;                // what to try, when failed
   std::vector<std::string> named;  // the layers, taps or tensors it points at
   nlohmann::json data;             // the numbers, for --json
+  // When failed: the one-line diagnosis, and how likely it is the root cause
+  // (lower first: a throw, bad input values, uncovered parameters, the input
+  // scale, a loss/output mismatch, a frozen output, an op making NaN, shifted
+  // labels, dead units, overflow, gradient flow, collapse, overfitting, the
+  // monitor's verdict, the grad norm range).
+  std::string cause;
+  int rank = 100;
 };
 
 struct DoctorOptions {
@@ -50,22 +78,33 @@ struct DoctorOptions {
   double overfit_loss = 0.05;      // "near zero"
   int64_t steps = 100;             // the short training run the other signs watch
   int64_t flow_steps = 20;         // steps averaged for gradient flow
-  int64_t heldout_samples = 1000;  // held-out samples for predictions
+  int64_t heldout_samples = 1000;  // held-out samples for predictions and dead units
   HealthRules rules;               // for the monitor during the run
 };
 
 struct DoctorReport {
   std::vector<VitalSign> signs;
+  // The scenario as built: what the header describes.
+  std::string scenario;                 // its config name ("standard" or a registered one)
+  int64_t parameters = 0;               // trainable and frozen, in model()
+  std::vector<std::string> optimizers;  // "body (sgd, 2 groups)", ...
   bool passed() const;
   const VitalSign* find(const std::string& name) const;
+  // The most likely cause: the failed sign of lowest rank (null when none failed).
+  const VitalSign* top() const;
 };
 
 using ScenarioFactory = std::function<std::unique_ptr<Scenario>()>;
 
-// Builds a fresh scenario for the overfit check and another for the run.
+// Builds fresh scenarios from `make` (one to probe the data and outputs, one
+// for the overfit check, one for the watched run). Whatever the scenario's
+// code throws becomes the training_code_error sign; bad input (InputError)
+// still throws.
 DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& options);
 
-std::string doctor_text(const DoctorReport& report);
+// The most likely cause first, then every sign. `verbose`: a thrown error's
+// whole text (LibTorch's backtrace included).
+std::string doctor_text(const DoctorReport& report, bool verbose = false);
 nlohmann::json doctor_json(const DoctorReport& report);
 
 }  // namespace spikehunt

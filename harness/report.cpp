@@ -103,7 +103,9 @@ std::string verdict_text(const Verdict& v, const Trace& trace) {
            r->label_hash.hex() + "\n";
   }
   out += "  hash chain " + v.hash_chain.hex() + "\n";
+  if (!v.crash_stage.empty()) out += "  stage      the training code threw in the " + v.crash_stage + " stage\n";
   if (!v.message.empty()) out += "  message    " + v.message + "\n";
+  if (!v.crash_cause.empty()) out += "  cause      " + v.crash_cause + "\n";
   return out;
 }
 

@@ -3,7 +3,7 @@
 #include <regex>
 #include <sstream>
 
-#include <c10/util/Exception.h>
+#include <torch/torch.h>
 
 namespace spikehunt {
 
@@ -60,9 +60,10 @@ std::string explain_error(const std::string& stage, const std::string& m, const 
     return "the output has " + std::string(x[1]) + " rows but the batch has " + std::string(x[2]) +
            " labels: a view or flatten mixes the batch dimension with the others";
   }
-  if (m.find("scalar type Long") != std::string::npos && (stage == "loss" || c.target_dtype != "Long")) {
-    return "the labels are " + (c.target_dtype.empty() ? std::string("not int64") : c.target_dtype) +
-           ", not int64 class ids: cross-entropy takes (B) torch::kLong targets (.to(torch::kLong))";
+  if (std::regex_search(m, x, std::regex(R"(expected scalar type Long but found (\w+))")) ||
+      std::regex_search(m, x, std::regex(R"(scalar type Long but got scalar type (\w+))"))) {
+    return "the labels reach the loss as " + std::string(x[1]) +
+           ", not as int64 class ids: cross-entropy takes (B) torch::kLong targets (.to(torch::kLong))";
   }
   if (m.find("multi-target not supported") != std::string::npos ||
       m.find("1D target tensor expected") != std::string::npos) {
@@ -97,6 +98,19 @@ std::string explain_error(const std::string& stage, const std::string& m, const 
     return "out of memory: a smaller batch_size or model";
   }
   return "";
+}
+
+ErrorContext batch_context(const at::Tensor& inputs, const at::Tensor& targets) {
+  ErrorContext c;
+  if (inputs.defined()) c.input_shape = inputs.sizes().vec();
+  if (!targets.defined()) return c;
+  c.target_dtype = c10::toString(targets.scalar_type());
+  if (targets.numel() > 0 && !targets.is_floating_point() && targets.scalar_type() != torch::kBool) {
+    const torch::Tensor y = targets.to(torch::kCPU);
+    c.label_min = y.min().item<int64_t>();
+    c.label_max = y.max().item<int64_t>();
+  }
+  return c;
 }
 
 TrainingError training_error(const std::string& stage, const std::exception& e, const ErrorContext& context) {

@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+namespace at {
+class Tensor;
+}
+
 namespace spikehunt {
 
 // What the harness knew when the code threw.
@@ -23,6 +27,9 @@ struct ErrorContext {
   std::string target_dtype;           // e.g. "Long", "Float"
   int64_t label_min = 0, label_max = -1;  // of the batch's targets (max < min: unknown)
 };
+
+// What a batch tells: its input shape, its labels' type and range.
+ErrorContext batch_context(const at::Tensor& inputs, const at::Tensor& targets);
 
 class TrainingError : public std::runtime_error {
  public:

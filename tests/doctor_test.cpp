@@ -1,10 +1,12 @@
 // Tests harness/doctor.h on the planted-bug catalog (scenarios/planted.h):
-// each bug is diagnosed by the right vital sign naming the right layer, and
-// the healthy control passes every sign.
+// each bug is the top-ranked cause of the right vital sign naming the right
+// layer, and the healthy control passes every sign; a throw in the training
+// code is a diagnosis (stage and cause), in the library and on the CLI.
 #include <gtest/gtest.h>
 
 #include "harness/burst.h"
 #include "harness/doctor.h"
+#include "harness/training_error.h"
 #include "scenarios/planted.h"
 #include "test_util.h"
 
@@ -34,19 +36,25 @@ std::string failed(const DoctorReport& r) {
   return out;
 }
 
+std::string top(const DoctorReport& r) { return r.top() ? r.top()->name : "none"; }
+
 TEST(Doctor, HealthyControlPassesEverySign) {
   const DoctorReport r = doctor("healthy");
   EXPECT_TRUE(r.passed()) << doctor_text(r);
-  EXPECT_EQ(r.signs.size(), 7u);
+  EXPECT_EQ(r.top(), nullptr);
+  EXPECT_EQ(r.signs.size(), 12u);
   for (const VitalSign& s : r.signs) EXPECT_FALSE(s.skipped) << s.name << ": " << s.evidence;
+  EXPECT_EQ(r.parameters, 55050);
+  EXPECT_NE(doctor_text(r).find("no vital sign failed"), std::string::npos);
 }
 
 TEST(Doctor, DetachedLogitsFreezeTheOutputLayer) {
   const DoctorReport r = doctor("detached_logits");
   const VitalSign& frozen = sign(r, "frozen_output");
   EXPECT_FALSE(frozen.passed) << doctor_text(r);
+  EXPECT_EQ(top(r), "frozen_output") << doctor_text(r);
   EXPECT_EQ(frozen.named, std::vector<std::string>{"out"});
-  EXPECT_EQ(frozen.data["logits_moved"], 0.0);
+  EXPECT_EQ(frozen.data["outputs_moved"], 0.0);
   EXPECT_TRUE(names(sign(r, "gradient_flow"), "out")) << "and every layer has exactly zero gradient";
 }
 
@@ -54,9 +62,11 @@ TEST(Doctor, LogOfZeroIsTracedToTheLoss) {
   const DoctorReport r = doctor("log_zero_loss");
   const VitalSign& source = sign(r, "non_finite_source");
   EXPECT_FALSE(source.passed) << doctor_text(r);
+  EXPECT_EQ(top(r), "non_finite_source") << doctor_text(r);
   EXPECT_EQ(source.named, std::vector<std::string>{"loss"});
+  EXPECT_EQ(source.data["kind"], "loss");
   EXPECT_NE(source.hint.find("epsilon"), std::string::npos);
-  EXPECT_NE(source.evidence.find("with every logit finite"), std::string::npos);
+  EXPECT_NE(source.evidence.find("from finite outputs"), std::string::npos) << source.evidence;
 }
 
 TEST(Doctor, ShiftedLabelsAreSeenAfterOverfittingOneBatch) {
@@ -67,6 +77,7 @@ TEST(Doctor, ShiftedLabelsAreSeenAfterOverfittingOneBatch) {
   EXPECT_TRUE(names(overfit, "class 0 -> 1")) << doctor_text(r);
   EXPECT_TRUE(names(overfit, "class 9 -> 0")) << doctor_text(r);
   EXPECT_NE(overfit.hint.find("shifted"), std::string::npos);
+  EXPECT_EQ(top(r), "overfit_one_batch") << "ranked above the collapse it causes\n" << doctor_text(r);
 }
 
 TEST(Doctor, AMajorityClassModelCollapses) {
@@ -77,6 +88,8 @@ TEST(Doctor, AMajorityClassModelCollapses) {
   EXPECT_GE(collapse.data["most_predicted_share"].get<double>(), 0.9);
   EXPECT_TRUE(sign(r, "overfit_one_batch").passed) << "the loss falls: only the predictions give it away";
   EXPECT_EQ(failed(r), "prediction_collapse ") << doctor_text(r);
+  EXPECT_NE(collapse.hint.find("rebalance"), std::string::npos) << "the training data is imbalanced: " << collapse.hint;
+  EXPECT_GE(collapse.data["training_majority_share"].get<double>(), 0.9);
 }
 
 TEST(Doctor, DeepSigmoidGradientsVanishInTheFirstLayers) {
@@ -87,26 +100,34 @@ TEST(Doctor, DeepSigmoidGradientsVanishInTheFirstLayers) {
   EXPECT_TRUE(names(flow, "fc5"));
   EXPECT_FALSE(names(flow, "out")) << "the output layer is the best fed";
   EXPECT_GE(flow.data["spread"].get<double>(), 1000);
-  EXPECT_NE(flow.hint.find("vanishing"), std::string::npos);
+  EXPECT_NE(flow.cause.find("vanishing gradients: fc1"), std::string::npos) << flow.cause;
+  EXPECT_EQ(top(r), "gradient_flow") << doctor_text(r);
+  EXPECT_FALSE(sign(r, "prediction_collapse").passed) << "it learns nothing in 100 steps";
+  EXPECT_EQ(sign(r, "prediction_collapse").hint.find("rebalance"), std::string::npos)
+      << "balanced data: the hint is not about class balance";
 }
 
 TEST(Doctor, ExplodingGradientsAreCaughtAndNamed) {
   const DoctorReport r = doctor("exploding_no_clip");
   const VitalSign& flow = sign(r, "gradient_flow");
   EXPECT_FALSE(flow.passed) << doctor_text(r);
-  EXPECT_NE(flow.hint.find("exploding"), std::string::npos);
+  EXPECT_NE(flow.cause.find("exploding gradients in"), std::string::npos) << flow.cause;
   EXPECT_FALSE(flow.named.empty());
   const VitalSign& source = sign(r, "non_finite_source");
   EXPECT_FALSE(source.passed);
-  EXPECT_NE(source.hint.find("explosion"), std::string::npos);
+  EXPECT_EQ(source.data["kind"], "overflow") << doctor_text(r);
+  EXPECT_EQ(top(r), "non_finite_source");
+  EXPECT_FALSE(sign(r, "monitor_health").passed) << "the monitor saw the onset before the NaN";
 }
 
 TEST(Doctor, DeadReluUnitsAreNamed) {
   const DoctorReport r = doctor("dead_relu");
   const VitalSign& dead = sign(r, "dead_units");
   EXPECT_FALSE(dead.passed) << doctor_text(r);
-  EXPECT_EQ(dead.named, std::vector<std::string>{"fc1_act"});
-  EXPECT_EQ(dead.data["fc1_act"]["zero_first"], 1.0);
+  EXPECT_TRUE(names(dead, "fc1_act")) << doctor_text(r);
+  EXPECT_EQ(dead.data["fc1_act"]["dead_first"], 1.0);
+  EXPECT_EQ(dead.data["fc1_act"]["kind"], "rectifier");
+  EXPECT_EQ(top(r), "dead_units") << "ranked above the zero gradients it causes\n" << doctor_text(r);
 }
 
 TEST(Doctor, UnknownPlantedBugIsBadInput) {
@@ -116,7 +137,8 @@ TEST(Doctor, UnknownPlantedBugIsBadInput) {
 TEST(DoctorCli, ExitCodesAndJson) {
   auto r = testing::run_spikehunt("doctor --planted healthy");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("7 vital signs: 7 passed, 0 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("12 vital signs: 12 passed, 0 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("planted bug healthy: mlp 2x64, relu, 55,050 parameters"), std::string::npos) << r.output;
   r = testing::run_spikehunt("doctor --planted dead_relu --json");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
@@ -127,8 +149,114 @@ TEST(DoctorCli, ExitCodesAndJson) {
   r = testing::run_spikehunt("doctor --planted no_such_bug");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--planted = no_such_bug is not a planted-bug scenario"), std::string::npos) << r.output;
+  EXPECT_EQ(j["most_likely_cause"]["sign"], "dead_units") << r.output;
   r = testing::run_spikehunt("doctor --config " + testing::source_path("configs/healthy.json") + " --steps 0");
   EXPECT_EQ(r.exit_code, 2);
+  r = testing::run_spikehunt("doctor --json --set optimizer.lr=-1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const nlohmann::json bad = nlohmann::json::parse(r.output);  // a document, also on bad input
+  EXPECT_EQ(bad["error"]["kind"], "bad_input");
+  EXPECT_EQ(bad["error"]["problems"][0]["field"], "optimizer.lr");
+}
+
+// ---- user code it has never seen: throws, mismatches, scales ----
+
+// A tiny user scenario: a 16 -> 8 -> OUT MLP on fixed random batches of 8
+// with labels 0..3, SGD. `kind` plants one bug.
+class Tiny : public Scenario {
+ public:
+  Tiny(std::string kind, int64_t outputs) : kind_(std::move(kind)) {
+    torch::manual_seed(0);
+    fc1_ = torch::nn::Linear(16, 8);
+    out_ = torch::nn::Linear(8, outputs);
+    net_->register_module("fc1", fc1_);
+    net_->register_module("out", out_);
+    optimizer_ = std::make_unique<torch::optim::SGD>(net_->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    x_ = torch::randn({8, 16});
+    if (kind_ == "raw_scale") x_ = x_ * 200;
+    y_ = torch::arange(8) % 4;
+  }
+  torch::nn::Module& model() override { return *net_; }
+  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
+  torch::Tensor forward(const torch::Tensor& x, const Tap& tap) override {
+    torch::Tensor h = torch::relu(fc1_->forward(x));
+    tap("hidden", h);
+    torch::Tensor y = out_->forward(h);
+    return kind_ == "softmax" ? torch::softmax(y, 1) : y;
+  }
+  std::optional<Batch> next_batch() override {
+    if (step_ >= 60) return std::nullopt;
+    Batch b;
+    b.inputs = x_;
+    b.targets = y_;
+    b.step = step_++;
+    return b;
+  }
+  int64_t planned_steps() const override { return 60; }
+  std::vector<std::string> phase_names() const override { return {"train"}; }
+  int64_t num_classes() const override { return 4; }
+
+ private:
+  std::string kind_;
+  std::shared_ptr<torch::nn::Module> net_ = std::make_shared<torch::nn::Module>();
+  torch::nn::Linear fc1_{nullptr}, out_{nullptr};
+  std::unique_ptr<torch::optim::SGD> optimizer_;
+  torch::Tensor x_, y_;
+  int64_t step_ = 0;
+};
+
+DoctorReport tiny(const std::string& kind, int64_t outputs = 4) {
+  DoctorOptions o;
+  o.steps = 40;
+  o.overfit_steps = 300;
+  return run_doctor([=] { return std::make_unique<Tiny>(kind, outputs); }, o);
+}
+
+TEST(DoctorUserCode, AThrowInTheLossIsADiagnosisWithItsStageAndCause) {
+  const DoctorReport r = tiny("healthy", /*outputs=*/3);  // labels 0..3 against 3 outputs
+  ASSERT_EQ(top(r), "training_code_error") << doctor_text(r);
+  const VitalSign& e = *r.top();
+  EXPECT_EQ(e.data["stage"], "loss");
+  EXPECT_NE(e.cause.find("the output has 3 classes but a label is 3"), std::string::npos) << e.cause;
+  EXPECT_NE(e.evidence.find("Target 3 is out of bounds"), std::string::npos) << e.evidence;
+  EXPECT_EQ(e.evidence.find("frame #"), std::string::npos) << "no backtrace in the evidence";
+  EXPECT_TRUE(sign(r, "gradient_flow").skipped);
+}
+
+TEST(DoctorUserCode, ProbabilitiesFedToCrossEntropyAreSoftmaxTwice) {
+  const DoctorReport r = tiny("softmax");
+  EXPECT_EQ(top(r), "loss_output_mismatch") << doctor_text(r);
+  EXPECT_NE(r.top()->cause.find("softmax is applied twice"), std::string::npos);
+}
+
+TEST(DoctorUserCode, InputsFarFromUnitScaleAreTheTopCause) {
+  const DoctorReport r = tiny("raw_scale");
+  EXPECT_EQ(top(r), "input_scale") << doctor_text(r);
+  EXPECT_GT(sign(r, "input_scale").data["rms"].get<double>(), 100);
+  const DoctorReport ok = tiny("healthy");
+  EXPECT_TRUE(sign(ok, "input_scale").passed) << doctor_text(ok);
+  EXPECT_TRUE(sign(ok, "loss_output_mismatch").passed);
+  EXPECT_TRUE(sign(ok, "training_code_error").passed);
+}
+
+TEST(DoctorUserCode, ExplainsCommonLibTorchErrors) {
+  ErrorContext c;
+  c.output_shape = {64, 5};
+  c.label_min = 0;
+  c.label_max = 9;
+  EXPECT_EQ(explain_error("loss", "Target 8 is out of bounds.", c),
+            "the output has 5 classes but a label is 8 (this batch's labels are 0..9): the output layer needs one "
+            "unit per class");
+  EXPECT_NE(explain_error("forward", "mat1 and mat2 shapes cannot be multiplied (64x784 and 512x10)", c)
+                .find("expects 512 input features but gets 784"),
+            std::string::npos);
+  EXPECT_NE(explain_error("backward", "element 0 of tensors does not require grad and does not have a grad_fn", c)
+                .find("detach()"),
+            std::string::npos);
+  EXPECT_NE(explain_error("loss", "Expected input batch_size (32) to match target batch_size (64).", c)
+                .find("32 rows but the batch has 64 labels"),
+            std::string::npos);
+  EXPECT_EQ(explain_error("forward", "something nobody has seen", c), "");
 }
 
 }  // namespace

@@ -5,30 +5,9 @@
 # child processes of itself, report, guard) and its GoogleTest suite.
 # Usage: tests/user_project.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-build=$(cd "$1" && pwd)
-src=$(cd "$2" && pwd)
-work=$(mktemp -d /tmp/spikehunt-user-project.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-out=""
-expect() {  # expect CODE PATTERN -- command...   (the output stays in $out)
-  local code=$1 pattern=$2; shift 3
-  local rc=0
-  out=$("$@" 2>&1) || rc=$?
-  [ "$rc" -eq "$code" ] || { echo "$out" | tail -n 40; fail "exit $rc, expected $code: $*"; }
-  echo "$out" | grep -qE -- "$pattern" || { echo "$out" | tail -n 40; fail "no /$pattern/ in the output of: $*"; }
-  echo "ok: $* (exit $rc)"
-}
-
-cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
-test -f "$work/prefix/lib/cmake/spikehunt/spikehuntConfig.cmake" || fail "no spikehuntConfig.cmake installed"
-test -f "$work/prefix/include/spikehunt/spikehunt.h" || fail "no spikehunt.h installed"
-
-generator=()
-command -v ninja > /dev/null && generator=(-G Ninja)
-cmake -S "$src/examples/user_project" -B "$work/build" "${generator[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" \
-  > "$work/configure.log" || { cat "$work/configure.log"; fail "configure"; }
-cmake --build "$work/build" -j "$(nproc)" > "$work/build.log" 2>&1 || { tail -n 60 "$work/build.log"; fail "build"; }
+here=$(dirname "$0")
+# shellcheck source=tests/example_build.sh
+. "$here/example_build.sh" "$1" "$2" user_project
 
 cd "$src/examples/user_project"
 app="$work/build/spirals"

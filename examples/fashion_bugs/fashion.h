@@ -1,0 +1,63 @@
+// fashion.h — a user's own training code on Fashion-MNIST, the way users
+// write it: an idx reader of their own (zlib), their own MLP module, their own
+// batching and loss, SGD or Adam from the config. One knob, params.bug, plants
+// one of the classic bugs below (a declared string parameter, so a typo in its
+// value is an error with a suggestion); the doctor's top-ranked cause for each
+// is pinned in fashion_bugs_test.cpp.
+//   none                healthy
+//   lr_units            the learning rate read as "per mille" and multiplied by 1000 (overflow)
+//   raw_pixels          the loader forgets to divide by 255
+//   softmax_twice       forward returns softmax(logits) and the loss is cross_entropy
+//   five_outputs        the output layer has 5 units for 10 classes
+//   labels_float        the labels are handed to cross_entropy as float
+//   dead_bias           the first layer's bias initialized to -4 (its ReLUs never fire)
+//   sharp_log_softmax   a hand-written -log(softmax(logits / 0.02)) without epsilon
+//   imbalanced          a filter bug keeps 95% class 0 in the training set
+//   off_by_one_labels   the training labels are read one class off
+//   detached_hidden     the first layer's output is detach()ed before the second
+//   saturated_sigmoid   sigmoid hidden units with a gate's bias init (-8): saturated at 0
+//   deep_sigmoid        eight sigmoid layers
+//   blank_image_nan     per-image standardization divides blank images by a zero std
+//   head_not_optimized  the optimizer is built over the hidden layers only
+// Other knobs: params.hidden (units per hidden layer), params.train_images.
+#pragma once
+
+#include <spikehunt/spikehunt.h>
+
+struct FashionData {
+  torch::Tensor train_x, train_y, test_x, test_y;  // (N, 784) float32 pixels 0..255, (N) int64
+};
+// The first `train` and `test` images of Debian's Fashion-MNIST (/usr/share/datasets/fashion-mnist).
+const FashionData& fashion_data(int64_t train, int64_t test);
+
+class FashionScenario : public spikehunt::Scenario {
+ public:
+  explicit FashionScenario(const spikehunt::TrainingConfig& config);
+
+  torch::nn::Module& model() override { return *net_; }
+  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
+  torch::Tensor forward(const torch::Tensor& inputs, const spikehunt::Tap& tap) override;
+  torch::Tensor loss(const torch::Tensor& outputs, const torch::Tensor& targets) override;
+  std::optional<spikehunt::Batch> next_batch() override;
+  std::vector<spikehunt::Batch> heldout(int64_t max_samples) override;
+  int64_t planned_steps() const override { return steps_; }
+  std::vector<std::string> phase_names() const override { return {"train"}; }
+
+ private:
+  struct Net : torch::nn::Module {
+    Net(int64_t hidden, int64_t depth, int64_t outputs);
+    std::vector<torch::nn::Linear> hidden;
+    torch::nn::Linear out{nullptr};
+  };
+  torch::Tensor prepare(const torch::Tensor& pixels) const;
+
+  std::string bug_;
+  torch::Tensor x_, y_, test_x_, test_y_;
+  std::shared_ptr<Net> net_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  int64_t batch_size_, steps_, step_ = 0;
+  torch::Tensor order_;
+};
+
+// Registers FashionScenario as "fashion" with its declared params.
+void register_fashion();
