@@ -71,7 +71,7 @@ json plotted(const json& v) {
   return std::isfinite(x) && x > 0 ? json(x) : json(nullptr);
 }
 
-// Rows [step, loss, grad norm, max |grad|, max |activation|, max |state|] of a
+// Rows [step, loss, grad norm, max |grad|, max |activation|, max |state|, lr] of a
 // trace.jsonl; malformed lines end the chart there (the report still renders).
 json trace_rows(const std::string& path, std::string* problem) {
   json rows = json::array();
@@ -90,22 +90,10 @@ json trace_rows(const std::string& path, std::string* problem) {
     }
     rows.push_back({r["step"], plotted(r.value("loss", json())), plotted(r.value("grad_norm", json())),
                     plotted(r.value("grad_max", json())), plotted(r.value("activation_max", json())),
-                    plotted(r.value("state_max", json()))});
+                    plotted(r.value("state_max", json())), plotted(r.value("lr", json()))});
   }
   return rows;
 }
-
-// Momentum buckets of factors_of() in reading order.
-int momentum_rank(const std::string& bucket) {
-  static const char* order[] = {"0", "(0, 0.5]", "(0.5, 0.9]", "(0.9, 1)", "n/a (adam)"};
-  for (int i = 0; i < 5; ++i) {
-    if (bucket == order[i]) return i;
-  }
-  return 5;
-}
-
-// The lower end of an lr decade "[0.01, 0.1)".
-double decade_low(const std::string& decade) { return std::strtod(decade.c_str() + 1, nullptr); }
 
 constexpr const char* kStyle = R"(
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em; color: #222; }
@@ -181,11 +169,13 @@ constexpr const char* kScript = R"(
     }
   }
   if (data.map.rows.length) {
-    var first = data.map.rows[0][0], last = data.map.rows[data.map.rows.length - 1][0];
-    draw('map', data.map.rows, {
-      dateWindow: [first / 1.5, last * 1.5],
-      labels: data.map.labels, drawPoints: true, strokeWidth: 0, pointSize: 4, highlightCircleSize: 6,
-      axes: {x: {logscale: true, axisLabelFormatter: exp}}, valueRange: [-0.05, 1.05], xlabel: 'learning rate', ylabel: 'momentum',
+    var m = data.map, first = m.rows[0][0], last = m.rows[m.rows.length - 1][0];
+    var span = last > first ? last - first : Math.abs(last) || 1;
+    draw('map', m.rows, {
+      dateWindow: m.xlog ? [first / 1.5, last * 1.5] : [first - 0.05 * span, last + 0.05 * span],
+      labels: m.labels, drawPoints: true, strokeWidth: 0, pointSize: 4, highlightCircleSize: 6,
+      axes: {x: {logscale: m.xlog, axisLabelFormatter: exp}, y: {logscale: m.ylog}},
+      valueRange: m.ylog ? null : m.yrange, xlabel: m.xlabel, ylabel: m.ylabel,
       colors: ['#2e8b57', '#e69500', '#c00020', '#555555'], legend: 'always'
     });
   }
@@ -194,7 +184,7 @@ constexpr const char* kScript = R"(
     draw(f.id, f.rows, {
       labels: f.labels, logscale: true, xlabel: 'step', xRangePad: 12, ylabel: 'magnitude (log scale)', legend: 'always',
       axes: {y: {axisLabelFormatter: exp, axisLabelWidth: 60, pixelsPerLabel: 28}},
-      colors: ['#1f77b4', '#d62728', '#9467bd', '#2ca02c', '#ff7f0e'],
+      colors: ['#1f77b4', '#d62728', '#9467bd', '#2ca02c', '#ff7f0e', '#8c564b'],
       underlayCallback: marks([{step: f.onset, label: 'onset (extreme)', color: '#e69500'},
                                {step: f.failure, label: 'first non-finite', color: '#c00020', row: 1}])
     });
@@ -229,7 +219,7 @@ ReportFacts write_sweep_report(const std::string& dir, const std::string& out_pa
   const SearchSpace space = SearchSpace::from_json(json::parse(store->space_json()), db + ": space");
   const TrainingConfig simplest = space.simplest();
   const std::vector<RunRow> searched = store->runs("search");
-  const SweepRates rates = sweep_rates(searched, db);
+  const SweepRates rates = sweep_rates(searched, space);
 
   ReportFacts facts;
   facts.path = out_path.empty() ? (fs::path(dir) / "report.html").string() : out_path;
@@ -258,49 +248,61 @@ ReportFacts write_sweep_report(const std::string& dir, const std::string& out_pa
 
   h << "<h2>Failure rate per factor</h2>\n<table><tr><th>factor</th><th>value</th><th>failed</th><th>rate</th>"
        "<th>95% interval</th></tr>\n";
-  for (const auto& [key, cell] : rates.factors) {
-    const auto [flo, fhi] = wilson_interval(cell.failed, cell.runs);
-    h << "<tr><td>" << escape(key.first) << "</td><td>" << escape(key.second) << "</td><td>" << cell.failed << "/"
-      << cell.runs << "</td><td>" << percent(double(cell.failed) / double(cell.runs)) << "</td><td>" << percent(flo)
+  for (const FactorRate& f : rates.factors) {
+    const auto [flo, fhi] = wilson_interval(f.cell.failed, f.cell.runs);
+    h << "<tr><td>" << escape(f.field) << "</td><td>" << escape(f.bucket) << "</td><td>" << f.cell.failed << "/"
+      << f.cell.runs << "</td><td>" << percent(double(f.cell.failed) / double(f.cell.runs)) << "</td><td>" << percent(flo)
       << "–" << percent(fhi) << "</td></tr>\n";
   }
   h << "</table>\n";
 
-  // ---- learning rate × momentum ----
-  std::vector<std::string> decades, buckets;
-  for (const auto& [key, cell] : rates.lr_momentum) {
-    if (std::find(decades.begin(), decades.end(), key.first) == decades.end()) decades.push_back(key.first);
-    if (std::find(buckets.begin(), buckets.end(), key.second) == buckets.end()) buckets.push_back(key.second);
-  }
-  std::sort(decades.begin(), decades.end(), [](auto& a, auto& b) { return decade_low(a) < decade_low(b); });
-  std::sort(buckets.begin(), buckets.end(), [](auto& a, auto& b) { return momentum_rank(a) < momentum_rank(b); });
-  h << "<h2>Learning rate × momentum</h2>\n<p>Failed / runs per learning-rate decade and momentum bucket "
-       "(darker: more failures).</p>\n<table class=\"map\"><tr><th>lr \\ momentum</th>";
-  for (const std::string& b : buckets) h << "<th>" << escape(b) << "</th>";
-  h << "</tr>\n";
-  for (const std::string& d : decades) {
-    h << "<tr><th>" << escape(d) << "</th>";
-    for (const std::string& b : buckets) {
-      const auto it = rates.lr_momentum.find({d, b});
-      h << rate_cell(it == rates.lr_momentum.end() ? RateCell{} : it->second);
-    }
+  // ---- the failure map: the space's first two numeric dimensions ----
+  json map = {{"rows", json::array()}};
+  if (rates.map_x.empty()) {
+    h << "<h2>Failure map</h2>\n<p>The space has fewer than two numeric dimensions: no map.</p>\n";
+  } else {
+    h << "<h2>" << escape(rates.map_x) << " × " << escape(rates.map_y) << "</h2>\n<p>Failed / runs per bucket of the "
+      << "space's first two numeric dimensions (darker: more failures).</p>\n<table class=\"map\"><tr><th>"
+      << escape(rates.map_x) << " \\ " << escape(rates.map_y) << "</th>";
+    for (const FactorRate& y : rates.map_y_buckets) h << "<th>" << escape(y.bucket) << "</th>";
     h << "</tr>\n";
+    for (const FactorRate& x : rates.map_x_buckets) {
+      h << "<tr><th>" << escape(x.bucket) << "</th>";
+      for (const FactorRate& y : rates.map_y_buckets) {
+        const auto it = rates.map.find({x.bucket, y.bucket});
+        h << rate_cell(it == rates.map.end() ? RateCell{} : it->second);
+      }
+      h << "</tr>\n";
+    }
+    h << "</table>\n<p>Every run by its " << escape(rates.map_x) << " and " << escape(rates.map_y) << ":</p>\n"
+         "<div id=\"map\" class=\"chart\"></div>\n";
+    size_t xi = 0, yi = 0;
+    for (size_t i = 0; i < space.dimensions().size(); ++i) {
+      if (space.dimensions()[i].field == rates.map_x) xi = i;
+      if (space.dimensions()[i].field == rates.map_y) yi = i;
+    }
+    std::vector<std::pair<double, json>> points;
+    double ylo = INFINITY, yhi = -INFINITY;
+    for (const RunRow& r : searched) {
+      const std::vector<Factor> f = factors_of(space, json::parse(r.config_json));
+      if (!f[xi].value || !f[yi].value) continue;
+      const Outcome o = r.summary.verdict.outcome;
+      const int column = o == Outcome::kHealthy ? 1 : o == Outcome::kExtreme ? 2 : o == Outcome::kNonFinite ? 3 : 4;
+      json row = {*f[xi].value, nullptr, nullptr, nullptr, nullptr};
+      row[size_t(column)] = *f[yi].value;
+      ylo = std::min(ylo, *f[yi].value), yhi = std::max(yhi, *f[yi].value);
+      points.emplace_back(*f[xi].value, row);
+    }
+    std::stable_sort(points.begin(), points.end(), [](auto& a, auto& b) { return a.first < b.first; });
+    for (auto& p : points) map["rows"].push_back(p.second);
+    const double pad = yhi > ylo ? 0.05 * (yhi - ylo) : std::max(0.05, std::fabs(yhi) * 0.05);
+    map["labels"] = {rates.map_x, "healthy", "extreme", "non-finite", "crashed / timeout"};
+    map["xlabel"] = rates.map_x;
+    map["ylabel"] = rates.map_y;
+    map["xlog"] = space.dimensions()[xi].kind == "log_range";
+    map["ylog"] = space.dimensions()[yi].kind == "log_range";
+    map["yrange"] = {ylo - pad, yhi + pad};
   }
-  h << "</table>\n<p>Every SGD run by its learning rate and momentum (Adam runs have no momentum and are left out):</p>\n"
-       "<div id=\"map\" class=\"chart\"></div>\n";
-  std::vector<std::pair<double, json>> points;
-  for (const RunRow& r : searched) {
-    const TrainingConfig c = config_from_json(json::parse(r.config_json), db);
-    if (c.optimizer.kind != OptimizerKind::kSgd) continue;
-    const Outcome o = r.summary.verdict.outcome;
-    const int column = o == Outcome::kHealthy ? 1 : o == Outcome::kExtreme ? 2 : o == Outcome::kNonFinite ? 3 : 4;
-    json row = {c.optimizer.lr, nullptr, nullptr, nullptr, nullptr};
-    row[size_t(column)] = c.optimizer.momentum;
-    points.emplace_back(c.optimizer.lr, row);
-  }
-  std::stable_sort(points.begin(), points.end(), [](auto& a, auto& b) { return a.first < b.first; });
-  json map_rows = json::array();
-  for (auto& p : points) map_rows.push_back(p.second);
 
   // ---- distinct failures ----
   std::vector<FailureRow> failures = store->failures();
@@ -364,14 +366,13 @@ ReportFacts write_sweep_report(const std::string& dir, const std::string& out_pa
     charts.push_back({{"id", id},
                       {"onset", v.onset_step ? json(*v.onset_step) : json(nullptr)},
                       {"failure", v.failure_step ? json(*v.failure_step) : json(nullptr)},
-                      {"labels", {"step", "loss", "global grad norm", "max |grad|", "max |activation|", "max |optimizer state|"}},
+                      {"labels", {"step", "loss", "global grad norm", "max |grad|", "max |activation|", "max |optimizer state|",
+                                  "learning rate"}},
                       {"rows", rows}});
   }
   h << "<details><summary>search space</summary><pre>" << escape(json::parse(store->space_json()).dump(2))
     << "</pre></details>\n";
-  const json data = {{"map", {{"labels", {"learning rate", "healthy", "extreme", "non-finite", "crashed / timeout"}},
-                              {"rows", map_rows}}},
-                     {"failures", charts}};
+  const json data = {{"map", map}, {"failures", charts}};
   h << "<script type=\"application/json\" id=\"spikehunt-data\">" << script_json(data) << "</script>\n<script>"
     << kScript << "</script>\n</body></html>\n";
   write_file_atomic(facts.path, h.str());

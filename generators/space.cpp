@@ -126,9 +126,11 @@ class SpaceParser {
     d->field = field;
     static const json schema = config_to_json(TrainingConfig{});
     const json* leaf = find_path(schema, field);
-    if (leaf == nullptr || leaf->is_object()) {
+    // A scenario's own knob: "params.NAME" (the scenario's declaration, if any, checks the name and values).
+    const bool param = field.rfind("params.", 0) == 0 && field.size() > 7 && field.find('.', 7) == std::string::npos;
+    if (!param && (leaf == nullptr || leaf->is_object())) {
       return fail("", leaf ? "is a group of fields, not a field" : "is not a config field",
-                  "fields are dotted config keys, e.g. optimizer.lr");
+                  "fields are dotted config keys, e.g. optimizer.lr, or params.NAME for a scenario's own knob");
     }
     if (!spec.is_object()) return fail(show(spec), "must be an object such as {\"range\": [0, 1]}");
     int kinds = 0;
@@ -260,8 +262,9 @@ SearchSpace SearchSpace::from_json(const json& j, const std::string& file) {
   if (!j.is_object()) throw InputError(file, "", "", "must hold a JSON object with \"dimensions\"");
   std::vector<Problem> problems;
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() != "base" && it.key() != "dimensions" && it.key() != "comment") {
-      problems.push_back({it.key(), "", "is not a search-space key", "a space has \"base\", \"dimensions\" and \"comment\""});
+    if (it.key() != "base" && it.key() != "dimensions" && it.key() != "comment" && it.key() != "map") {
+      problems.push_back({it.key(), "", "is not a search-space key",
+                          "a space has \"base\", \"dimensions\", \"map\" and \"comment\""});
     }
   }
   SearchSpace space;
@@ -295,8 +298,51 @@ SearchSpace SearchSpace::from_json(const json& j, const std::string& file) {
       if (parser.parse(it.key(), it.value(), &d)) space.dims_.push_back(std::move(d));
     }
   }
+  if (j.contains("map") && problems.empty()) {
+    const json& m = j["map"];
+    bool ok = m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string() && m[0] != m[1];
+    for (size_t i = 0; ok && i < 2; ++i) {
+      const auto d = std::find_if(space.dims_.begin(), space.dims_.end(),
+                                  [&](const Dimension& x) { return x.field == m[i].get<std::string>(); });
+      ok = d != space.dims_.end() && (d->kind == "log_range" || d->kind == "range") && d->values.front().is_number();
+    }
+    if (ok) space.map_ = {m[0].get<std::string>(), m[1].get<std::string>()};
+    else problems.push_back({"map", show(m), "must name two different numeric dimensions (range or log_range)",
+                             "e.g. \"map\": [\"optimizer.lr\", \"optimizer.momentum\"]"});
+  }
   if (!problems.empty()) throw InputError(file, std::move(problems));
   return space;
+}
+
+std::vector<std::string> SearchSpace::map_axes() const {
+  if (!map_.empty()) return map_;
+  auto numeric = [](const Dimension& d) {
+    return (d.kind == "log_range" || d.kind == "range") && !d.values.empty() && d.values.front().is_number();
+  };
+  const Dimension* x = nullptr;
+  for (const Dimension& d : dims_) {
+    if (numeric(d) && d.kind == "log_range") {
+      x = &d;
+      break;
+    }
+  }
+  for (const Dimension& d : dims_) {
+    if (x == nullptr && numeric(d)) x = &d;
+  }
+  if (x == nullptr) return {};
+  const std::string group = x->field.substr(0, x->field.find('.'));
+  const Dimension* y = nullptr;
+  auto better = [&](const Dimension& d) {
+    if (y == nullptr) return true;
+    const bool same = d.field.rfind(group + ".", 0) == 0, y_same = y->field.rfind(group + ".", 0) == 0;
+    if (same != y_same) return same;
+    return d.values.size() > y->values.size();
+  };
+  for (const Dimension& d : dims_) {
+    if (&d != x && numeric(d) && better(d)) y = &d;
+  }
+  if (y == nullptr) return {};
+  return {x->field, y->field};
 }
 
 SearchSpace SearchSpace::load(const std::string& path) {
@@ -389,6 +435,10 @@ SpacePoint SearchSpace::point_of(const TrainingConfig& c) const {
   SpacePoint p;
   for (const Dimension& d : dims_) {
     const json* v = find_path(j, d.field);
+    if (v == nullptr) {  // a param the config does not set: the simplest value
+      p.insert(p.end(), size_t(d.arity()), 0);
+      continue;
+    }
     if (d.kind == "permutations") {
       std::vector<int64_t> code = code_from_permutation(v->get<std::vector<int64_t>>());
       code.resize(size_t(d.arity()), 0);
@@ -421,6 +471,7 @@ SearchSpace SearchSpace::around(const TrainingConfig& c) const {
       d.domains = int64_t(s.base_["protocol"]["domains"].size());
       continue;
     }
+    if (v == nullptr) continue;  // a param the config does not set
     if (std::find(d.values.begin(), d.values.end(), *v) != d.values.end()) continue;
     if (v->is_number() && d.values.front().is_number()) {
       const json simplest = d.values.front();

@@ -9,7 +9,8 @@
 //       "activation.kind":     {"set": ["relu", "leaky_relu"]},      // simplest: the first
 //       "protocol.task_order": {"permutations": true},               // simplest: identity
 //       "seed":                {"range": [0, 9], "simplest": 0}
-//     }
+//     },
+//     "map": ["optimizer.lr", "optimizer.momentum"]  // optional: the failure map's axes
 //   }
 // Each dimension is a finite list of values ordered by distance from its
 // simplest value (index 0): a point of the space is one index ("digit") per
@@ -87,10 +88,18 @@ class SearchSpace {
   // The space's canonical JSON (what a sweep database records).
   nlohmann::json to_json() const { return source_; }
 
+  // The two numeric dimensions of the failure map (report and summary): the
+  // space's "map": [x, y] when given, else the first log range (or numeric
+  // dimension) as x and, as y, the numeric dimension in x's group (e.g.
+  // optimizer.*) with the most values, else any with the most values.
+  // Empty when the space has fewer than two numeric dimensions.
+  std::vector<std::string> map_axes() const;
+
  private:
   nlohmann::json base_;
   nlohmann::json source_;
   std::vector<Dimension> dims_;
+  std::vector<std::string> map_;  // "map": [x, y], when the file names them
 };
 
 // The value of a permutation from its Lehmer digits (all zeros: identity).

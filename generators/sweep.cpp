@@ -38,20 +38,78 @@ std::pair<double, double> wilson_interval(int64_t k, int64_t n) {
   return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
 }
 
-std::vector<std::pair<std::string, std::string>> factors_of(const TrainingConfig& c) {
-  std::string order;
-  for (int64_t d : c.protocol.task_order) order += (order.empty() ? "" : ">") + std::string(1, char('A' + d));
-  const int decade = static_cast<int>(std::floor(std::log10(c.optimizer.lr) + 1e-9));
-  char lr[48];
-  std::snprintf(lr, sizeof lr, "[%g, %g)", std::pow(10.0, decade), std::pow(10.0, decade + 1));
-  const double m = c.optimizer.momentum;
-  const char* momentum = m == 0 ? "0" : m <= 0.5 ? "(0, 0.5]" : m <= 0.9 ? "(0.5, 0.9]" : "(0.9, 1)";
-  return {{"activation", to_string(c.activation.kind)},
-          {"task order", order},
-          {"lr decade", lr},
-          {"momentum", c.optimizer.kind == OptimizerKind::kSgd ? momentum : "n/a (adam)"},
-          {"optimizer", to_string(c.optimizer.kind)},
-          {"seed", std::to_string(c.seed)}};
+namespace {
+
+const json* find_field(const json& j, const std::string& path) {
+  const json* node = &j;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!node->is_object()) return nullptr;
+    const auto it = node->find(part);
+    if (it == node->end()) return nullptr;
+    node = &*it;
+    if (dot == std::string::npos) return node;
+    start = dot + 1;
+  }
+}
+
+std::string g(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+std::string value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+Factor factor_of(const Dimension& d, const json* v) {
+  Factor f;
+  f.field = d.field;
+  if (v == nullptr) {
+    f.bucket = "(unset)";
+    f.order = -1e300;
+    return f;
+  }
+  if (d.kind == "permutations") {
+    for (const json& x : *v) f.bucket += (f.bucket.empty() ? "" : ">") + std::string(1, char('A' + x.get<int64_t>()));
+    return f;
+  }
+  if (d.kind == "set" || !v->is_number()) {
+    f.bucket = value_text(*v);
+    const auto at = std::find(d.values.begin(), d.values.end(), *v);
+    f.order = double(at - d.values.begin());
+    if (v->is_number()) f.value = v->get<double>();
+    return f;
+  }
+  const double x = v->get<double>();
+  f.value = x;
+  if (d.kind == "log_range" && x > 0) {
+    const int decade = static_cast<int>(std::floor(std::log10(x) + 1e-9));
+    f.bucket = "[" + g(std::pow(10.0, decade)) + ", " + g(std::pow(10.0, decade + 1)) + ")";
+    f.order = decade;
+    return f;
+  }
+  if (d.values.size() <= 8) {
+    f.bucket = value_text(*v);
+    f.order = x;
+    return f;
+  }
+  double lo = INFINITY, hi = -INFINITY;
+  for (const json& e : d.values) lo = std::min(lo, e.get<double>()), hi = std::max(hi, e.get<double>());
+  const double w = (hi - lo) / 4;
+  const int k = w > 0 ? std::clamp(static_cast<int>(std::floor((x - lo) / w)), 0, 3) : 0;
+  f.bucket = "[" + g(lo + k * w) + ", " + g(lo + (k + 1) * w) + (k == 3 ? "]" : ")");
+  f.order = k;
+  return f;
+}
+
+}  // namespace
+
+std::vector<Factor> factors_of(const SearchSpace& space, const json& config) {
+  std::vector<Factor> out;
+  for (const Dimension& d : space.dimensions()) out.push_back(factor_of(d, find_field(config, d.field)));
+  return out;
 }
 
 std::string percent(double x) {
@@ -60,8 +118,18 @@ std::string percent(double x) {
   return buf;
 }
 
-SweepRates sweep_rates(const std::vector<RunRow>& searched, const std::string& source) {
+SweepRates sweep_rates(const std::vector<RunRow>& searched, const SearchSpace& space) {
   SweepRates rates;
+  const std::vector<Dimension>& dims = space.dimensions();
+  std::vector<size_t> numeric_dims;  // the map's axes: indices of its two dimensions
+  for (const std::string& axis : space.map_axes()) {
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (dims[i].field == axis) numeric_dims.push_back(i);
+    }
+  }
+  if (numeric_dims.size() == 2) rates.map_x = dims[numeric_dims[0]].field, rates.map_y = dims[numeric_dims[1]].field;
+  std::map<std::pair<std::string, std::string>, FactorRate> cells;
+  std::map<std::string, FactorRate> xs, ys;
   for (const RunRow& r : searched) {
     const bool bad = !failure_class(r.summary.verdict).empty();
     auto count = [bad](RateCell& cell) {
@@ -70,14 +138,33 @@ SweepRates sweep_rates(const std::vector<RunRow>& searched, const std::string& s
     };
     count(rates.all);
     if (bad) ++rates.by_outcome[to_string(r.summary.verdict.outcome)];
-    std::string lr, momentum;
-    for (const auto& f : factors_of(config_from_json(json::parse(r.config_json), source))) {
-      count(rates.factors[f]);
-      if (f.first == "lr decade") lr = f.second;
-      if (f.first == "momentum") momentum = f.second;
+    const std::vector<Factor> factors = factors_of(space, json::parse(r.config_json));
+    for (const Factor& f : factors) {
+      FactorRate& c = cells[{f.field, f.bucket}];
+      c.field = f.field, c.bucket = f.bucket, c.order = f.order;
+      count(c.cell);
     }
-    count(rates.lr_momentum[{lr, momentum}]);
+    if (!rates.map_x.empty()) {
+      const Factor& x = factors[numeric_dims[0]];
+      const Factor& y = factors[numeric_dims[1]];
+      count(rates.map[{x.bucket, y.bucket}]);
+      xs[x.bucket] = {x.field, x.bucket, x.order, {}};
+      ys[y.bucket] = {y.field, y.bucket, y.order, {}};
+    }
   }
+  auto by_order = [](const FactorRate& a, const FactorRate& b) { return a.order < b.order; };
+  for (const Dimension& d : dims) {
+    std::vector<FactorRate> of_dim;
+    for (const auto& [key, c] : cells) {
+      if (key.first == d.field) of_dim.push_back(c);
+    }
+    std::stable_sort(of_dim.begin(), of_dim.end(), by_order);
+    rates.factors.insert(rates.factors.end(), of_dim.begin(), of_dim.end());
+  }
+  for (const auto& [b, c] : xs) rates.map_x_buckets.push_back(c);
+  for (const auto& [b, c] : ys) rates.map_y_buckets.push_back(c);
+  std::stable_sort(rates.map_x_buckets.begin(), rates.map_x_buckets.end(), by_order);
+  std::stable_sort(rates.map_y_buckets.begin(), rates.map_y_buckets.end(), by_order);
   return rates;
 }
 
@@ -288,7 +375,7 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
   }
 
   // ---- summary ----
-  const SweepRates rates = sweep_rates(searched, store.path());
+  const SweepRates rates = sweep_rates(searched, o.space);
   const int64_t n = rates.all.runs, failed = rates.all.failed;
   const auto [lo, hi] = wilson_interval(failed, n);
   out << "\n" << n << " runs, " << failed << " failed: " << percent(n ? double(failed) / double(n) : 0)
@@ -298,14 +385,17 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
       << store.count("search") << " search, " << store.count("shrink") << " shrink; "
       << duration_text(std::chrono::duration<double>(Clock::now() - start).count()) << "\n\n";
   char line[160];
-  std::snprintf(line, sizeof line, "  %-11s %-16s %9s %6s  %s\n", "factor", "value", "failed", "rate", "95% interval");
+  size_t field_width = 6;
+  for (const FactorRate& f : rates.factors) field_width = std::max(field_width, f.field.size());
+  std::snprintf(line, sizeof line, "  %-*s %-16s %9s %6s  %s\n", int(field_width), "factor", "value", "failed", "rate",
+                "95% interval");
   out << line;
-  for (const auto& [key, cell] : rates.factors) {
-    const auto [flo, fhi] = wilson_interval(cell.failed, cell.runs);
-    const std::string frac = std::to_string(cell.failed) + "/" + std::to_string(cell.runs);
-    std::snprintf(line, sizeof line, "  %-11s %-16s %9s %6s  [%s, %s]\n", key.first.c_str(), key.second.c_str(),
-                  frac.c_str(), percent(double(cell.failed) / double(cell.runs)).c_str(), percent(flo).c_str(),
-                  percent(fhi).c_str());
+  for (const FactorRate& f : rates.factors) {
+    const auto [flo, fhi] = wilson_interval(f.cell.failed, f.cell.runs);
+    const std::string frac = std::to_string(f.cell.failed) + "/" + std::to_string(f.cell.runs);
+    std::snprintf(line, sizeof line, "  %-*s %-16s %9s %6s  [%s, %s]\n", int(field_width), f.field.c_str(),
+                  f.bucket.c_str(), frac.c_str(), percent(double(f.cell.failed) / double(f.cell.runs)).c_str(),
+                  percent(flo).c_str(), percent(fhi).c_str());
     out << line;
   }
   const TrainingConfig simplest = o.space.simplest();

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -45,23 +46,40 @@ std::string percent(double x);
 // 95% Wilson score interval of k successes in n trials.
 std::pair<double, double> wilson_interval(int64_t k, int64_t n);
 
-// The factor values a config falls under, for the per-factor failure rates:
-// {"activation", "leaky_relu"}, {"task order", "B>A"}, {"lr decade", "[0.1, 1)"},
-// {"momentum", "(0.5, 0.9]"}, {"optimizer", "sgd"}, {"seed", "3"}.
-std::vector<std::pair<std::string, std::string>> factors_of(const TrainingConfig& c);
+// Where a config falls along one dimension of its space, for the per-factor
+// failure rates and the failure map: the dimension's field and a bucket of
+// its value — a decade for a log range ("[0.01, 0.1)"), the value for a set,
+// a task order ("B>A") or a range of at most 8 values, else one of four
+// equal-width bins ("[0, 0.25)"). `order` sorts the buckets of a dimension.
+struct Factor {
+  std::string field;   // "optimizer.lr", "params.warmup", ...
+  std::string bucket;
+  double order = 0;
+  std::optional<double> value;  // the numeric value, for the map's scatter
+};
+std::vector<Factor> factors_of(const SearchSpace& space, const nlohmann::json& config);
 
-// Failure rates of a sweep's search runs, overall and per factor.
+// Failure rates of a sweep's search runs, overall, per dimension of its space,
+// and over its first two numeric dimensions (the failure map).
 struct RateCell {
   int64_t failed = 0;
   int64_t runs = 0;
 };
+struct FactorRate {
+  std::string field, bucket;
+  double order = 0;
+  RateCell cell;
+};
 struct SweepRates {
   RateCell all;
   std::map<std::string, int64_t> by_outcome;  // failed runs per outcome
-  std::map<std::pair<std::string, std::string>, RateCell> factors;       // (factor, value)
-  std::map<std::pair<std::string, std::string>, RateCell> lr_momentum;   // (lr decade, momentum bucket)
+  std::vector<FactorRate> factors;            // in the space's dimension order, buckets ascending
+  // The failure map over SearchSpace::map_axes() ("" when the space has none).
+  std::string map_x, map_y;
+  std::vector<FactorRate> map_x_buckets, map_y_buckets;               // the axes, ascending
+  std::map<std::pair<std::string, std::string>, RateCell> map;        // (x bucket, y bucket)
 };
-SweepRates sweep_rates(const std::vector<RunRow>& searched, const std::string& source);
+SweepRates sweep_rates(const std::vector<RunRow>& searched, const SearchSpace& space);
 
 // Runs (or resumes) a sweep; returns the exit code: 0 no failure, 1 failures found.
 int run_sweep(const SweepOptions& options, std::ostream& out);

@@ -124,12 +124,63 @@ Repro record_repro(const TrainingConfig& config, const std::string& path) {
   trace.close();
   Repro repro;
   repro.config = config;
+  repro.scenario_class = scenario_class(config.scenario);
   repro.environment = environment(to_string(config.device), config.threads);
   repro.verdict = result.verdict;
   repro.step_hashes = result.step_hashes;
   write_repro(path, repro, result.last_healthy);
   return read_repro(path);
 }
+
+namespace {
+
+std::string literal(const std::string& text) { return json(text).dump(); }  // a C++ string literal too
+
+// A declared parameter as the code that declares it.
+std::string spec_code(const ParamSpec& p) {
+  const std::string name = literal(p.name), doc = literal(p.doc);
+  auto bound = [](const std::optional<double>& b) { return b ? json(*b).dump() : std::string("0"); };
+  switch (p.type) {
+    case ParamType::kNumber:
+      return "spikehunt::ParamSpec::number(" + name + ", " + p.default_value.dump() + ", " + bound(p.min) + ", " +
+             bound(p.max) + ", " + doc + ")";
+    case ParamType::kInteger: {
+      auto ibound = [](const std::optional<double>& b) { return b ? std::to_string(int64_t(*b)) : std::string("0"); };
+      return "spikehunt::ParamSpec::integer(" + name + ", " + p.default_value.dump() + ", " + ibound(p.min) + ", " +
+             ibound(p.max) + ", " + doc + ")";
+    }
+    case ParamType::kBoolean:
+      return "spikehunt::ParamSpec::boolean(" + name + ", " + p.default_value.dump() + ", " + doc + ")";
+    case ParamType::kString: {
+      std::string choices;
+      for (const std::string& c : p.choices) choices += (choices.empty() ? "" : ", ") + literal(c);
+      return "spikehunt::ParamSpec::string(" + name + ", " + p.default_value.dump() + ", {" + choices + "}, " + doc + ")";
+    }
+    case ParamType::kList:
+      return "spikehunt::ParamSpec::list(" + name + ", nlohmann::json::parse(" + literal(p.default_value.dump()) +
+             "), " + doc + ")";
+  }
+  return "";
+}
+
+// A registered scenario is registered by the test first, as the user's program does.
+std::string registration_code(const Repro& repro) {
+  const std::string& name = repro.config.scenario;
+  if (name == "standard") return "";
+  const std::string cls = repro.scenario_class.empty() ? "YourScenario" : repro.scenario_class;
+  std::string params;
+  if (const std::vector<ParamSpec>* specs = declared_params(name)) {
+    for (const ParamSpec& p : *specs) params += "\n       " + spec_code(p) + ",";
+  }
+  if (!params.empty()) params = ",\n      {" + params.substr(0, params.size() - 1) + "}";
+  return "  // \"" + name + "\" is your own scenario: registered here as your program registers it\n"
+         "  // (" + (repro.scenario_class.empty() ? "put your Scenario class in place of YourScenario"
+                                                  : "its class, " + cls + ", built from the config") + ").\n"
+         "  spikehunt::register_scenario(\n      " + literal(name) +
+         ", [](const spikehunt::TrainingConfig& c) { return std::make_unique<" + cls + ">(c); }" + params + ");\n";
+}
+
+}  // namespace
 
 std::string draft_regression_test(const Repro& repro, const std::string& repro_path) {
   const std::vector<std::string> overrides = config_diff(default_config(), repro.config);
@@ -142,9 +193,9 @@ std::string draft_regression_test(const Repro& repro, const std::string& repro_p
   if (v.fault) what = v.fault->describe();
   const int64_t at = v.failure_step ? *v.failure_step : v.onset_step.value_or(-1);
   return "// Drafted by spikehunt from " + name + ": " + what + " at step " + std::to_string(at) +
-         ".\n// Fails until the instability is fixed. Link with spikehunt::harness.\n"
-         "#include <gtest/gtest.h>\n#include \"harness/burst.h\"\n\n"
-         "TEST(TrainingStability, Repro" + id + ") {\n"
+         ".\n// Fails until the instability is fixed. Link with spikehunt::generators.\n"
+         "#include <gtest/gtest.h>\n#include <spikehunt/spikehunt.h>\n\n"
+         "TEST(TrainingStability, Repro" + id + ") {\n" + registration_code(repro) +
          "  const spikehunt::TrainingConfig config = spikehunt::default_config({\n" + list +
          "  });\n"
          "  const spikehunt::BurstResult r = spikehunt::run_config(config, spikehunt::BurstOptions{});\n"

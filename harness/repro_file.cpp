@@ -24,12 +24,13 @@ std::string repro_to_json(const Repro& repro) {
                   {"step", repro.checkpoint->step},
                   {"monitor", {{"chain", repro.checkpoint->monitor.chain.hex()}, {"judge", repro.checkpoint->monitor.judge}}}};
   }
-  const json j = {{"spikehunt_repro", kReproVersion},
+  json j = {{"spikehunt_repro", kReproVersion},
                   {"config", config_to_json(repro.config)},
                   {"environment", to_json(repro.environment)},
                   {"verdict", to_json(repro.verdict)},
                   {"step_hashes", hashes},
                   {"checkpoint", checkpoint}};
+  if (!repro.scenario_class.empty()) j["scenario_class"] = repro.scenario_class;
   return j.dump(1) + "\n";
 }
 
@@ -54,6 +55,8 @@ Repro parse_repro(std::string_view text, const std::string& path) {
   r.verdict = s.verdict;
   r.step_hashes = s.step_hashes;
   r.environment = environment_from_json(j.value("environment", json::object()), "environment", path);
+  if (const json cls = j.value("scenario_class", json("")); cls.is_string()) r.scenario_class = cls.get<std::string>();
+  else throw InputError(path, "scenario_class", cls.dump(), "must be a string");
   const json c = j.value("checkpoint", json());
   if (!c.is_null()) {
     try {

@@ -27,6 +27,7 @@ struct Repro {
   Verdict verdict;
   std::vector<StepHashes> step_hashes;   // every step run, up to the failure
   std::optional<ReproCheckpoint> checkpoint;
+  std::string scenario_class;            // a registered scenario's C++ class ("" when unknown or built in)
 };
 
 std::string repro_to_json(const Repro& repro);  // the file's text

@@ -81,18 +81,20 @@ std::string file_safe(std::string_view text) {
 }
 
 size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  // Optimal string alignment: insertions, deletions, substitutions and swaps
+  // of two neighbours ("widht" is one edit from "width"), three rows.
+  std::vector<size_t> before(b.size() + 1), prev(b.size() + 1), row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
     row[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
+      row[j] = std::min({prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) row[j] = std::min(row[j], before[j - 2] + 1);
     }
+    std::swap(before, prev);
+    std::swap(prev, row);
   }
-  return row[b.size()];
+  return prev[b.size()];
 }
 
 }  // namespace spikehunt

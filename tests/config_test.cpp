@@ -369,6 +369,8 @@ TEST(Files, EditDistance) {
   EXPECT_EQ(edit_distance("momentun", "momentum"), 1u);
   EXPECT_EQ(edit_distance("", "abc"), 3u);
   EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("widht", "width"), 1u) << "a swap of neighbours is one edit";
+  EXPECT_EQ(edit_distance("ab", "ba"), 1u);
 }
 
 }  // namespace

@@ -164,19 +164,37 @@ TEST(Sweep, WilsonIntervals) {
   EXPECT_NEAR(hi, 1.0, 1e-12);
 }
 
-TEST(Sweep, FactorsNameTheIssuesFactors) {
+TEST(Sweep, FactorsComeFromTheSpacesOwnDimensions) {
+  const SearchSpace space = SearchSpace::from_json(nlohmann::json::parse(R"({
+    "base": {"params": {"warmup": 10}},
+    "dimensions": {
+      "optimizer.lr": {"log_range": [0.01, 0.5]},
+      "optimizer.momentum": {"range": [0, 0.99], "step": 0.01},
+      "protocol.task_order": {"permutations": true},
+      "params.warmup": {"range": [0, 40], "step": 10},
+      "params.norm": {"set": ["layer", "rms"]},
+      "seed": {"range": [0, 9]}
+    }})"), "space.json");
   TrainingConfig c;
   c.optimizer.lr = 0.15;
   c.optimizer.momentum = 0.9;
   c.protocol.task_order = {1, 0};
+  c.params.set("warmup", 30);
+  c.params.set("norm", "rms");
   c.seed = 3;
-  const auto f = factors_of(c);
-  const std::map<std::string, std::string> m(f.begin(), f.end());
-  EXPECT_EQ(m.at("lr decade"), "[0.1, 1)");
-  EXPECT_EQ(m.at("momentum"), "(0.5, 0.9]");
-  EXPECT_EQ(m.at("task order"), "B>A");
-  EXPECT_EQ(m.at("activation"), "leaky_relu");
-  EXPECT_EQ(m.at("seed"), "3");
+  std::map<std::string, std::string> m;
+  for (const Factor& f : factors_of(space, config_to_json(c))) m[f.field] = f.bucket;
+  EXPECT_EQ(m.size(), 6u) << "one factor per dimension, nothing else";
+  EXPECT_EQ(m.at("optimizer.lr"), "[0.1, 1)") << "a log range by decade";
+  EXPECT_EQ(m.at("optimizer.momentum"), "[0.742, 0.99]") << "a long range in four bins";
+  EXPECT_EQ(m.at("protocol.task_order"), "B>A");
+  EXPECT_EQ(m.at("params.warmup"), "30") << "a short range by value: the user's own knob";
+  EXPECT_EQ(m.at("params.norm"), "rms");
+  EXPECT_EQ(m.at("seed"), "[2.25, 4.5)");
+  c.params = Params{};
+  for (const Factor& f : factors_of(space, config_to_json(c))) {
+    if (f.field == "params.norm") EXPECT_EQ(f.bucket, "(unset)");
+  }
 }
 
 }  // namespace

@@ -105,7 +105,7 @@ TEST(Report, ASmallRealSweepRendersInChromiumWithEveryChartDrawn) {
     EXPECT_FALSE(has(html, external)) << external;
   }
   EXPECT_TRUE(has(html, "dygraphs/blob/v2")) << "dygraphs' licence header is inlined";
-  for (const char* part : {"8</b> runs", "95% Wilson interval", "Failure rate per factor", "Learning rate × momentum",
+  for (const char* part : {"8</b> runs", "95% Wilson interval", "Failure rate per factor", "optimizer.lr × optimizer.momentum",
                            "non_finite:forward:out_logits", "optimizer.lr=4.0", "spikehunt replay ", "--from-checkpoint",
                            "first non-finite step " }) {
     EXPECT_TRUE(has(html, part)) << part;
@@ -117,7 +117,7 @@ TEST(Report, ASmallRealSweepRendersInChromiumWithEveryChartDrawn) {
   ASSERT_EQ(page.charts.size(), 2u) << page.charts.dump();
   const json& map = page.charts[0];
   EXPECT_EQ(map["id"], "map");
-  EXPECT_EQ(map["rows"], 8) << "one point per SGD run";
+  EXPECT_EQ(map["rows"], 8) << "one point per run";
   EXPECT_EQ(map["points"], 8) << "every run inside the plot area";
   EXPECT_GT(map["colored"].get<int64_t>(), 8 * 20) << "the points are drawn in colour";
   const json& chart = page.charts[1];

@@ -223,5 +223,51 @@ TEST(Gen, SamplesAreDeterministicPerIndexAndDiffer) {
   EXPECT_LT(below, 320);
 }
 
+TEST(Space, TheFailureMapsAxesComeFromTheSpace) {
+  EXPECT_EQ(SearchSpace::builtin().map_axes(), (std::vector<std::string>{"optimizer.lr", "optimizer.momentum"}))
+      << "the log range, then the numeric dimension of its group with the most values";
+  const auto space = [](const std::string& extra) {
+    return SearchSpace::from_json(nlohmann::json::parse(R"({"dimensions": {
+      "params.warmup": {"range": [0, 100], "step": 10}, "max_batches_per_epoch": {"range": [2, 6]},
+      "seed": {"range": [0, 3]}, "activation.kind": {"set": ["relu", "tanh"]}})" + extra + "}"), "s.json");
+  };
+  EXPECT_EQ(space("").map_axes(), (std::vector<std::string>{"max_batches_per_epoch", "params.warmup"}))
+      << "no log range: the first numeric dimension, then the one with the most values";
+  EXPECT_EQ(space(R"(, "map": ["seed", "params.warmup"])").map_axes(),
+            (std::vector<std::string>{"seed", "params.warmup"}));
+  try {
+    space(R"(, "map": ["seed", "activation.kind"])");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("map = [\"seed\",\"activation.kind\"] must name two different numeric"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Space, AScenariosParamsAreDimensions) {
+  add_scenario_name("space_knobs");
+  declare_params("space_knobs", {ParamSpec::integer("warmup", 10, 0, 100, "warm-up steps")});
+  const SearchSpace s = SearchSpace::from_json(nlohmann::json::parse(R"({"base": {"scenario": "space_knobs"},
+      "dimensions": {"params.warmup": {"range": [0, 50], "step": 10}}})"), "s.json");
+  EXPECT_EQ(s.config({3}).params.integer("warmup"), 30);
+  EXPECT_EQ(s.simplest().params.integer("warmup"), 0);
+  EXPECT_EQ(s.point_of(s.config({4})), (SpacePoint{4}));
+  try {
+    SearchSpace::from_json(nlohmann::json::parse(R"({"base": {"scenario": "space_knobs"},
+        "dimensions": {"params.warmpu": {"range": [0, 50], "step": 10}}})"), "s.json");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean \"warmup\"?"), std::string::npos) << e.what();
+  }
+  try {
+    SearchSpace::from_json(nlohmann::json::parse(R"({"base": {"scenario": "space_knobs"},
+        "dimensions": {"params.warmup": {"range": [0, 500], "step": 10}}})"), "s.json");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not in [0, 100]"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace spikehunt

@@ -83,7 +83,7 @@ TEST(SweepEndToEnd, FindsShrinksAndReplaysAFailure) {
                               " --no-progress --shrink-budget 25 --max-shrinks 1";
   const auto r = run_spikehunt(command);
   ASSERT_EQ(r.exit_code, 1) << r.output;
-  for (const char* part : {"6 runs, ", "95% Wilson interval", "lr decade", "distinct failure", "minimal config",
+  for (const char* part : {"6 runs, ", "95% Wilson interval", "optimizer.lr", "distinct failure", "minimal config",
                            "replay: reproduced", "replay it: spikehunt replay", "TEST(TrainingStability"}) {
     EXPECT_TRUE(has(r.output, part)) << part << "\n" << r.output;
   }

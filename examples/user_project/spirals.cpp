@@ -40,29 +40,41 @@ SpiralsScenario::Net::Net(int64_t width) {
 }
 
 SpiralsScenario::SpiralsScenario(const spikehunt::TrainingConfig& config)
-    : config_(config),
+    : slope_(config.activation.slope),
+      smoothing_(config.params.number("label_smoothing")),
       steps_per_epoch_(config.max_batches_per_epoch > 0 ? config.max_batches_per_epoch : 30),
       epochs_(config.protocol.epochs_per_phase) {
+  bind_config(config);  // next_batch() reads batch_size from config()
   make_spirals(config.seed, 300, &points_, &labels_);
   make_spirals(config.seed + 1000003, 100, &test_points_, &test_labels_);
   torch::manual_seed(config.seed);
-  net_ = std::make_shared<Net>(config.model.mlp_width);
-  optimizer_ = spikehunt::make_optimizer(config.optimizer, net_->parameters());
+  net_ = std::make_shared<Net>(config.params.integer("width"));
+  std::vector<torch::Tensor> hidden = net_->fc1->parameters();
+  for (const torch::Tensor& p : net_->fc2->parameters()) hidden.push_back(p);
+  body_ = spikehunt::make_optimizer(config.optimizer, hidden);
+  head_ = std::make_unique<torch::optim::Adam>(net_->out->parameters(),
+                                               torch::optim::AdamOptions(config.params.number("head_lr")));
 }
 
 torch::Tensor SpiralsScenario::forward(const torch::Tensor& x, const spikehunt::Tap& tap) {
-  const double slope = config_.activation.slope;
-  torch::Tensor h = torch::leaky_relu(net_->fc1(x), slope);
+  torch::Tensor h = torch::leaky_relu(net_->fc1(x), slope_);
   tap("hidden1", h);
-  h = torch::leaky_relu(net_->fc2(h), slope);
+  h = torch::leaky_relu(net_->fc2(h), slope_);
   tap("hidden2", h);
   torch::Tensor logits = net_->out(h);
   tap("logits", logits);
   return logits;
 }
 
+// Cross-entropy against labels smoothed toward the uniform distribution.
+torch::Tensor SpiralsScenario::loss(const torch::Tensor& outputs, const torch::Tensor& targets) {
+  const torch::Tensor logp = torch::log_softmax(outputs, 1);
+  const torch::Tensor nll = -logp.gather(1, targets.unsqueeze(1)).squeeze(1);
+  return ((1 - smoothing_) * nll - smoothing_ * logp.mean(1)).mean();
+}
+
 spikehunt::Batch SpiralsScenario::batch_at(int64_t step) const {
-  const int64_t n = points_.size(0), b = std::min<int64_t>(config_.batch_size, n);
+  const int64_t n = points_.size(0), b = std::min<int64_t>(config().batch_size, n);
   const int64_t start = (step * b) % (n - b + 1);
   spikehunt::Batch batch;
   batch.inputs = points_.narrow(0, start, b);
@@ -86,20 +98,11 @@ std::vector<spikehunt::Batch> SpiralsScenario::heldout(int64_t max_samples) {
   return {batch};
 }
 
-void SpiralsScenario::optimizer_step() {
-  // The user's own update rule: linear warm-up of the learning rate.
-  // The scenario's own state: updates so far (a checkpoint resumes it through skip_batches()).
-  const double lr = config_.optimizer.lr * std::min(1.0, double(++updates_) / 10.0);
-  for (auto& group : optimizer_->param_groups()) {
-    if (auto* o = dynamic_cast<torch::optim::SGDOptions*>(&group.options())) o->lr(lr);
-    if (auto* o = dynamic_cast<torch::optim::AdamOptions*>(&group.options())) o->lr(lr);
-    if (auto* o = dynamic_cast<torch::optim::AdamWOptions*>(&group.options())) o->lr(lr);
-  }
-  optimizer_->step();
-}
-
 void register_spirals() {
-  spikehunt::register_scenario("spirals", [](const spikehunt::TrainingConfig& c) {
-    return std::make_unique<SpiralsScenario>(c);
-  });
+  using spikehunt::ParamSpec;
+  spikehunt::register_scenario(
+      "spirals", [](const spikehunt::TrainingConfig& c) { return std::make_unique<SpiralsScenario>(c); },
+      {ParamSpec::integer("width", 64, 4, 1024, "units in each of the two hidden layers"),
+       ParamSpec::number("label_smoothing", 0.0, 0.0, 0.5, "share of each label spread over all classes"),
+       ParamSpec::number("head_lr", 0.01, 1e-6, 10.0, "Adam's learning rate for the output layer")});
 }

@@ -1,6 +1,9 @@
 // spirals.h — a user's own training code: three interleaved 2-D spirals, a
-// small MLP with taps, cross-entropy, and an SGD/Adam update with a linear
-// learning-rate warm-up (the scenario's own optimizer_step).
+// small MLP with taps, a cross-entropy with label smoothing of its own, and
+// two optimizers: the config's optimizer for the hidden layers ("body") and
+// Adam for the output layer ("head"). Its knobs are declared params
+// (register_spirals), the learning-rate schedule and gradient accumulation
+// come from the config and are applied by the harness.
 #pragma once
 
 #include <spikehunt/spikehunt.h>
@@ -8,25 +11,21 @@
 class SpiralsScenario : public spikehunt::Scenario {
  public:
   // Reads seed, batch_size, max_batches_per_epoch (steps per epoch),
-  // protocol.epochs_per_phase (epochs), activation.slope (leaky ReLU),
-  // model.mlp_width and the optimizer from the config.
+  // protocol.epochs_per_phase (epochs), activation.slope (leaky ReLU), the
+  // optimizer, and params.width, params.label_smoothing, params.head_lr.
   explicit SpiralsScenario(const spikehunt::TrainingConfig& config);
 
   torch::nn::Module& model() override { return *net_; }
-  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
+  std::vector<spikehunt::NamedOptimizer> optimizers() override {
+    return {{"body", body_.get()}, {"head", head_.get()}};
+  }
   torch::Tensor forward(const torch::Tensor& inputs, const spikehunt::Tap& tap) override;
+  torch::Tensor loss(const torch::Tensor& outputs, const torch::Tensor& targets) override;
   std::optional<spikehunt::Batch> next_batch() override;
   std::vector<spikehunt::Batch> heldout(int64_t max_samples) override;
   int64_t planned_steps() const override { return steps_per_epoch_ * epochs_; }
   std::vector<std::string> phase_names() const override { return {"train"}; }
   int64_t num_classes() const override { return 3; }
-  void optimizer_step() override;  // warm-up over the first 10 steps, then the config's lr
-  // A resumed checkpoint skips the batches before it: the warm-up resumes too.
-  int64_t skip_batches(int64_t n) override {
-    n = Scenario::skip_batches(n);
-    updates_ += n;
-    return n;
-  }
 
  private:
   struct Net : torch::nn::Module {
@@ -35,12 +34,13 @@ class SpiralsScenario : public spikehunt::Scenario {
   };
   spikehunt::Batch batch_at(int64_t step) const;
 
-  spikehunt::TrainingConfig config_;
   torch::Tensor points_, labels_, test_points_, test_labels_;
   std::shared_ptr<Net> net_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  int64_t steps_per_epoch_, epochs_, step_ = 0, updates_ = 0;
+  std::unique_ptr<torch::optim::Optimizer> body_, head_;
+  double slope_, smoothing_;
+  int64_t steps_per_epoch_, epochs_, step_ = 0;
 };
 
-// Registers SpiralsScenario as "spirals": configs with "scenario": "spirals" train it.
+// Registers SpiralsScenario as "spirals" with its declared params:
+// configs with "scenario": "spirals" train it.
 void register_spirals();
