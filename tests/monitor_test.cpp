@@ -8,6 +8,7 @@
 
 #include "harness/burst.h"
 #include "harness/monitor.h"
+#include "harness/report.h"
 #include "test_util.h"
 
 namespace spikehunt {
@@ -236,7 +237,12 @@ TEST(Localization, ThrowingTrainingCodeIsACrashVerdict) {
   const BurstResult r = run_planted(Plant::kThrow, 2);
   EXPECT_EQ(r.verdict.outcome, Outcome::kCrashed);
   EXPECT_NE(r.verdict.message.find("planted failure in forward"), std::string::npos);
+  EXPECT_EQ(r.verdict.message.find("Exception raised from"), std::string::npos) << "no LibTorch source location";
+  EXPECT_EQ(r.verdict.crash_stage, "forward");
   EXPECT_EQ(r.verdict.steps_run, 2);
+  const Verdict back = verdict_from_json(to_json(r.verdict), "v.json");
+  EXPECT_EQ(back.crash_stage, "forward") << "the stage is in verdict.json and repro files";
+  EXPECT_NE(verdict_text(r.verdict, r.trace).find("the training code threw in the forward stage"), std::string::npos);
 }
 
 // ---- record consistency ----
