@@ -90,7 +90,7 @@ Factor factor_of(const Dimension& d, const json* v) {
     f.order = decade;
     return f;
   }
-  if (d.values.size() <= 8) {
+  if (d.values.size() <= 10) {
     f.bucket = value_text(*v);
     f.order = x;
     return f;

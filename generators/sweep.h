@@ -49,7 +49,7 @@ std::pair<double, double> wilson_interval(int64_t k, int64_t n);
 // Where a config falls along one dimension of its space, for the per-factor
 // failure rates and the failure map: the dimension's field and a bucket of
 // its value — a decade for a log range ("[0.01, 0.1)"), the value for a set,
-// a task order ("B>A") or a range of at most 8 values, else one of four
+// a task order ("B>A") or a range of at most 10 values, else one of four
 // equal-width bins ("[0, 0.25)"). `order` sorts the buckets of a dimension.
 struct Factor {
   std::string field;   // "optimizer.lr", "params.warmup", ...

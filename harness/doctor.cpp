@@ -443,7 +443,8 @@ VitalSign overfit_one_batch(const ScenarioFactory& make, const Probe& probe, con
       break;
     }
   }
-  const bool fell = std::isfinite(last) && last <= 0.25 * first;
+  // Falling, if slowly: below a quarter of the first loss and of chance level (log classes).
+  const bool fell = std::isfinite(last) && last <= 0.25 * std::min(first, std::log(double(probe.classes)));
   v.data = {{"first_loss", number(first)}, {"final_loss", number(last)}, {"steps", steps},
             {"threshold", o.overfit_loss}, {"batch_size", batch.targets.size(0)}};
   v.evidence = "one batch of " + std::to_string(batch.targets.size(0)) + ": loss " + fmt(first) + " -> " + fmt(last) +

@@ -14,7 +14,8 @@
 //   loss_output_mismatch  the outputs already are probabilities (rows sum to 1) and the loss
 //                         takes them for logits (softmax applied twice)
 //   overfit_one_batch     one batch, weight decay off, the config's peak learning rate, up to
-//                         1,000 steps: the loss must reach 0.05 (or fall to a quarter); then
+//                         1,000 steps: the loss must reach 0.05 (or fall below a quarter of
+//                         the first loss and of log(classes)); then
 //                         held-out predictions that consistently name another class point at
 //                         shifted or mislabeled targets
 //   frozen_output         loss stuck at log(classes) while the outputs on a fixed input do not

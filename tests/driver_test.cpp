@@ -173,7 +173,8 @@ TEST(Sweep, FactorsComeFromTheSpacesOwnDimensions) {
       "protocol.task_order": {"permutations": true},
       "params.warmup": {"range": [0, 40], "step": 10},
       "params.norm": {"set": ["layer", "rms"]},
-      "seed": {"range": [0, 9]}
+      "seed": {"range": [0, 9]},
+      "max_batches_per_epoch": {"range": [5, 30]}
     }})"), "space.json");
   TrainingConfig c;
   c.optimizer.lr = 0.15;
@@ -184,13 +185,14 @@ TEST(Sweep, FactorsComeFromTheSpacesOwnDimensions) {
   c.seed = 3;
   std::map<std::string, std::string> m;
   for (const Factor& f : factors_of(space, config_to_json(c))) m[f.field] = f.bucket;
-  EXPECT_EQ(m.size(), 6u) << "one factor per dimension, nothing else";
+  EXPECT_EQ(m.size(), 7u) << "one factor per dimension, nothing else";
+  EXPECT_EQ(m.at("max_batches_per_epoch"), "[5, 11.2)") << "26 values in four bins";
   EXPECT_EQ(m.at("optimizer.lr"), "[0.1, 1)") << "a log range by decade";
   EXPECT_EQ(m.at("optimizer.momentum"), "[0.742, 0.99]") << "a long range in four bins";
   EXPECT_EQ(m.at("protocol.task_order"), "B>A");
   EXPECT_EQ(m.at("params.warmup"), "30") << "a short range by value: the user's own knob";
   EXPECT_EQ(m.at("params.norm"), "rms");
-  EXPECT_EQ(m.at("seed"), "[2.25, 4.5)");
+  EXPECT_EQ(m.at("seed"), "3") << "ten values or fewer: by value";
   c.params = Params{};
   for (const Factor& f : factors_of(space, config_to_json(c))) {
     if (f.field == "params.norm") EXPECT_EQ(f.bucket, "(unset)");
