@@ -58,17 +58,13 @@ int64_t Trainer::planned_steps() const { return planned_optimizer_steps(s_); }
 
 std::vector<Batch> Trainer::next_batches() {
   std::vector<Batch> batches;
-  try {
+  in_training_code("data", context_, [&] {
     while (int64_t(batches.size()) < k_) {
       std::optional<Batch> b = s_.next_batch();
       if (!b) break;
       batches.push_back(std::move(*b));
     }
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw training_error("data", e, context_);
-  }
+  });
   return batches;
 }
 
@@ -90,7 +86,7 @@ void Trainer::apply_schedule(int64_t step) {
 
 torch::Tensor Trainer::step(int64_t step, const std::vector<Batch>& batches, Monitor* monitor) {
   const char* stage = "forward";
-  try {
+  return in_training_code(stage, context_, [&] {  // Monitor::FailFast is no exception: it passes through
     s_.model().zero_grad();  // the model holds every optimizer's parameters (scenario.h)
     torch::Tensor total;
     for (const Batch& b : batches) {
@@ -114,15 +110,7 @@ torch::Tensor Trainer::step(int64_t step, const std::vector<Batch>& batches, Mon
     apply_schedule(step);
     s_.optimizer_step();
     return batches.size() == 1 ? total : total / double(batches.size());
-  } catch (const Monitor::FailFast&) {
-    throw;
-  } catch (const InputError&) {
-    throw;
-  } catch (const TrainingError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw training_error(stage, e, context_);
-  }
+  });
 }
 
 void set_crashed(Verdict& v, const TrainingError& e) {
@@ -140,14 +128,14 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
   const auto start = Clock::now();
   std::optional<Trainer> trainer;
   std::optional<Monitor> monitor;
-  try {
-    trainer.emplace(scenario);
-    v.planned_steps = trainer->planned_steps();
-    if (options.monitor) monitor.emplace(scenario, rules);
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception& e) {  // the scenario breaks its contract (scenario.h), or its code throws
-    set_crashed(v, training_error("setup", e, {}));
+  try {  // the scenario breaks its contract (scenario.h), or its code throws
+    in_training_code("setup", {}, [&] {
+      trainer.emplace(scenario);
+      v.planned_steps = trainer->planned_steps();
+      if (options.monitor) monitor.emplace(scenario, rules);
+    });
+  } catch (const TrainingError& e) {
+    set_crashed(v, e);
     v.wall_seconds = ms_since(start) / 1000.0;
     return result;
   }
@@ -240,12 +228,10 @@ BurstResult run_config(const TrainingConfig& config, const BurstOptions& options
   configure_runtime(config);
   std::unique_ptr<Scenario> scenario;
   try {
-    scenario = make_scenario(config);
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception& e) {  // the scenario's own constructor threw
+    scenario = in_training_code("setup", {}, [&] { return make_scenario(config); });
+  } catch (const TrainingError& e) {  // the scenario's own constructor threw
     BurstResult r{Verdict{}, Trace(options.trace_capacity), {}, std::nullopt, std::nullopt};
-    set_crashed(r.verdict, training_error("setup", e, {}));
+    set_crashed(r.verdict, e);
     return r;
   }
   return run_burst(*scenario, config.health, options);

@@ -99,11 +99,9 @@ int run_verb(const RunArgs& a) {
   std::unique_ptr<Scenario> scenario;
   std::optional<TrainingError> setup_error;
   try {
-    scenario = make_scenario(config);
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception& e) {  // the scenario's own constructor threw: a finding
-    setup_error = training_error("setup", e, {});
+    scenario = in_training_code("setup", {}, [&] { return make_scenario(config); });
+  } catch (const TrainingError& e) {  // the scenario's own constructor threw: a finding
+    setup_error = e;
   }
   print_header(config, source, scenario.get(), env);
 

@@ -103,19 +103,11 @@ VitalSign skipped(const char* name, const std::string& why) {
   return v;
 }
 
-// Runs scenario code that is not a training step (a forward on a probe
-// batch, held-out data, construction): what it throws is a TrainingError.
+// Scenario code that is not a training step (a forward on a probe batch,
+// held-out data, construction): what it throws is a TrainingError.
 template <class F>
 auto guarded(const char* stage, F&& f, const ErrorContext& context = {}) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const InputError&) {
-    throw;
-  } catch (const TrainingError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw training_error(stage, e, context);
-  }
+  return in_training_code(stage, context, std::forward<F>(f));
 }
 
 // Evaluation mode (no dropout) while alive; batch norm keeps training mode

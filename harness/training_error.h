@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "scenarios/error.h"
+
 namespace at {
 class Tensor;
 }
@@ -45,6 +47,22 @@ class TrainingError : public std::runtime_error {
 
 // The error for exception `e` thrown in `stage`.
 TrainingError training_error(const std::string& stage, const std::exception& e, const ErrorContext& context);
+
+// Runs f, the scenario's code: bad input (InputError) and a TrainingError
+// pass through, any other exception becomes a TrainingError of `stage`, read
+// when it is thrown (so f may move it on) with `context` as it is then.
+template <class F>
+auto in_training_code(const char* const& stage, const ErrorContext& context, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const InputError&) {
+    throw;
+  } catch (const TrainingError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw training_error(stage, e, context);
+  }
+}
 
 // What a LibTorch (or other) error message means, "" when spikehunt does not know it.
 std::string explain_error(const std::string& stage, const std::string& message, const ErrorContext& context);

@@ -17,6 +17,16 @@ namespace {
 using json = nlohmann::json;
 using testing::TempDir;
 
+// The error text of the built-in default with these overrides ("no error" when none).
+std::string override_error(const std::vector<std::string>& sets) {
+  try {
+    default_config(sets);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 // Parses and expects an InputError; returns its text.
 std::string parse_error(const json& j) {
   try {
@@ -183,21 +193,13 @@ TEST(Config, OverridesSetNestedFieldsListsAndBareWords) {
 }
 
 TEST(Config, BadOverridesAreErrorsNamingSet) {
-  auto error_of = [](const std::vector<std::string>& sets) {
-    try {
-      default_config(sets);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(error_of({"optimizr.lr=1"}).find("error: --set: optimizr is not a config field"), std::string::npos);
-  EXPECT_NE(error_of({"optimizr.lr=1"}).find("did you mean \"optimizer\"?"), std::string::npos);
-  EXPECT_NE(error_of({"lr"}).find("is not key=value"), std::string::npos);
-  EXPECT_NE(error_of({"model=3"}).find("is a group of fields"), std::string::npos);
-  EXPECT_NE(error_of({"optimizer.lr=-1"}).find("optimizer.lr = -1 is not in (0, 10]"), std::string::npos);
+  EXPECT_NE(override_error({"optimizr.lr=1"}).find("error: --set: optimizr is not a config field"), std::string::npos);
+  EXPECT_NE(override_error({"optimizr.lr=1"}).find("did you mean \"optimizer\"?"), std::string::npos);
+  EXPECT_NE(override_error({"lr"}).find("is not key=value"), std::string::npos);
+  EXPECT_NE(override_error({"model=3"}).find("is a group of fields"), std::string::npos);
+  EXPECT_NE(override_error({"optimizer.lr=-1"}).find("optimizer.lr = -1 is not in (0, 10]"), std::string::npos);
   // Regression (fuzz_config): a bare value with invalid UTF-8 used to throw from json::dump.
-  EXPECT_NE(error_of({std::string("name=\x84" "abc")}).find("name has a value that is not valid UTF-8 text"),
+  EXPECT_NE(override_error({std::string("name=\x84" "abc")}).find("name has a value that is not valid UTF-8 text"),
             std::string::npos);
 }
 
@@ -279,25 +281,17 @@ TEST(ConfigParams, DeclaredParamsAreCheckedAndTheirDefaultsFilledIn) {
   // An integral float (a log_range grid value, 30.0) is an integer.
   const TrainingConfig f = default_config({"scenario=knobs", "params.warmup_steps=40.0"});
   EXPECT_TRUE(config_to_json(f)["params"]["warmup_steps"].is_number_integer());
-  auto error_of = [](const std::vector<std::string>& sets) {
-    try {
-      default_config(sets);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  const std::string typo = error_of({"scenario=knobs", "params.warmup_step=10"});
+  const std::string typo = override_error({"scenario=knobs", "params.warmup_step=10"});
   EXPECT_NE(typo.find("params.warmup_step = 10 is not a parameter of scenario \"knobs\""), std::string::npos) << typo;
   EXPECT_NE(typo.find("did you mean \"warmup_steps\"?"), std::string::npos) << typo;
-  const std::string range = error_of({"scenario=knobs", "params.label_smoothing=0.9"});
+  const std::string range = override_error({"scenario=knobs", "params.label_smoothing=0.9"});
   EXPECT_NE(range.find("params.label_smoothing = 0.9 is not in [0, 0.5]"), std::string::npos) << range;
   EXPECT_NE(range.find("hint: of the cross-entropy"), std::string::npos) << range;
-  EXPECT_NE(error_of({"scenario=knobs", "params.warmup_steps=2.5"}).find("params.warmup_steps = 2.5 must be an integer"),
+  EXPECT_NE(override_error({"scenario=knobs", "params.warmup_steps=2.5"}).find("params.warmup_steps = 2.5 must be an integer"),
             std::string::npos);
-  EXPECT_NE(error_of({"scenario=knobs", "params.norm=batch"}).find("params.norm = \"batch\" is not one of layer | rms | none"),
+  EXPECT_NE(override_error({"scenario=knobs", "params.norm=batch"}).find("params.norm = \"batch\" is not one of layer | rms | none"),
             std::string::npos);
-  EXPECT_NE(error_of({"scenario=knobs", "params.tied=1"}).find("params.tied = 1 must be true or false"),
+  EXPECT_NE(override_error({"scenario=knobs", "params.tied=1"}).find("params.tied = 1 must be true or false"),
             std::string::npos);
   // Every bad param at once, beside the other fields' problems.
   TrainingConfig bad = c;

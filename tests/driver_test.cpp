@@ -195,7 +195,9 @@ TEST(Sweep, FactorsComeFromTheSpacesOwnDimensions) {
   EXPECT_EQ(m.at("seed"), "3") << "ten values or fewer: by value";
   c.params = Params{};
   for (const Factor& f : factors_of(space, config_to_json(c))) {
-    if (f.field == "params.norm") EXPECT_EQ(f.bucket, "(unset)");
+    if (f.field == "params.norm") {
+      EXPECT_EQ(f.bucket, "(unset)");
+    }
   }
 }
 
