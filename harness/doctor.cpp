@@ -41,23 +41,23 @@ const VitalSign* DoctorReport::top() const {
 namespace {
 
 // How likely a failed sign is the root cause: lower first (VitalSign::rank).
-enum Rank {
-  kRankCodeError = 0,
-  kRankBadInputValues = 1,
-  kRankNanInput = 2,
-  kRankCoverage = 3,
-  kRankInputScale = 4,
-  kRankLossMismatch = 5,
-  kRankFrozen = 6,
-  kRankOpMakesNaN = 7,
-  kRankShiftedLabels = 8,
-  kRankDeadUnits = 9,
-  kRankOverflow = 10,
-  kRankGradientFlow = 11,
-  kRankCollapse = 12,
-  kRankOverfit = 13,
-  kRankHealth = 14,
-  kRankGradRange = 15,
+enum Rank {  // as README's table numbers them
+  kRankCodeError = 1,
+  kRankBadInputValues = 2,
+  kRankNanInput = 3,
+  kRankCoverage = 4,
+  kRankInputScale = 5,
+  kRankLossMismatch = 6,
+  kRankFrozen = 7,
+  kRankOpMakesNaN = 8,
+  kRankShiftedLabels = 9,
+  kRankDeadUnits = 10,
+  kRankOverflow = 11,
+  kRankGradientFlow = 12,
+  kRankCollapse = 13,
+  kRankOverfit = 14,
+  kRankHealth = 15,
+  kRankGradRange = 16,
 };
 
 constexpr double kDeadShare = 0.5;          // a layer is flagged when this share of its units is dead
@@ -245,6 +245,7 @@ struct Watched {
   std::vector<UnitProbe::Layer> units_first, units_last;
   std::vector<Prediction> predictions;
   std::string output_layer;
+  std::unique_ptr<Scenario> trained;  // the watched scenario after a finite run (null otherwise)
 };
 
 // ---- 1. training code error ----
@@ -352,11 +353,29 @@ VitalSign loss_output_mismatch(Scenario& s, const Batch& b) {
   const bool probabilities = o.min().item<double>() >= -1e-6 && (o.sum(1) - 1).abs().max().item<double>() < 1e-4;
   const bool labels_fit = b.targets.max().item<int64_t>() < out.size(1) && b.targets.min().item<int64_t>() >= 0;
   v.data = {{"probabilities", probabilities}, {"loss", number(loss)}};
-  if (!probabilities || !labels_fit) {
-    v.evidence = "outputs are scores (rows do not sum to 1): the loss reads them as logits";
+  if (!labels_fit) {
+    v.evidence = "labels outside the output's classes: see training_code_error";
     return v;
   }
   const torch::Tensor y = b.targets.to(out.device());
+  if (!probabilities) {
+    // Scores: does the loss itself take a softmax before a cross-entropy?
+    const double ce = torch::nn::functional::cross_entropy(o, y).item<double>();
+    const double twice = torch::nn::functional::cross_entropy(torch::softmax(o, 1), y).item<double>();
+    v.data["cross_entropy"] = number(ce);
+    v.data["cross_entropy_of_softmax"] = number(twice);
+    v.evidence = "outputs are scores (rows do not sum to 1); loss " + fmt(loss) + ", cross-entropy " + fmt(ce) +
+                 ", cross-entropy of their softmax " + fmt(twice);
+    if (std::fabs(loss - twice) <= 1e-5 * (1 + std::fabs(twice)) && std::fabs(twice - ce) > 1e-3) {
+      v.named = {"loss"};
+      fail(v, kRankLossMismatch,
+           "softmax is applied twice: the loss takes a softmax of the outputs and then a cross-entropy, which applies "
+           "its own",
+           "give the logits to cross_entropy directly (it applies log_softmax itself), or use nll_loss on "
+           "log_softmax");
+    }
+    return v;
+  }
   const double as_logits = torch::nn::functional::cross_entropy(o, y).item<double>();
   const double as_probs = torch::nn::functional::nll_loss(torch::log(o.clamp_min(1e-300)), y).item<double>();
   v.data["cross_entropy_of_outputs"] = number(as_logits);
@@ -520,7 +539,10 @@ Watched watch(const ScenarioFactory& make, const Probe& p, const DoctorOptions& 
   const torch::Tensor after = fixed_outputs(*s, p.batches.front());
   w.outputs_moved = (after - before).abs().max().item<double>();
   w.outputs_scale = before.abs().max().item<double>();
-  if (!w.verdict.failure_step) w.units_last = probe_units(*s, p, &w.predictions);
+  if (!w.verdict.failure_step) {
+    w.units_last = probe_units(*s, p, &w.predictions);
+    w.trained = std::move(s);
+  }
   return w;
 }
 
@@ -853,7 +875,7 @@ VitalSign grad_norm_range(const Watched& w) {
 
 // ---- 12. the monitor's verdict ----
 
-VitalSign monitor_health(const Watched& w, const DoctorOptions& o) {
+VitalSign monitor_health(const Watched& w) {
   VitalSign v = sign("monitor_health");
   const Verdict& r = w.verdict;
   v.data = to_json(r);
@@ -926,9 +948,16 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     report.signs.push_back(loss_output_mismatch(*s, p.batches.front()));
     s.reset();
     report.signs.push_back(overfit_one_batch(make, p, o));
-    const Watched w = watch(make, p, o);
+    Watched w = watch(make, p, o);
     if (w.verdict.outcome == Outcome::kCrashed) {
       throw TrainingError(w.verdict.crash_stage, w.verdict.message, w.verdict.crash_cause, w.verdict.message);
+    }
+    VitalSign& m = *std::find_if(report.signs.begin(), report.signs.end(),
+                                 [](const VitalSign& x) { return x.name == "loss_output_mismatch"; });
+    if (m.passed && w.trained) {
+      // At the start, small logits may make softmax twice look like once: check the trained model too.
+      VitalSign again = loss_output_mismatch(*w.trained, p.batches.front());
+      if (!again.passed) again.evidence += " (after " + std::to_string(w.records.size()) + " steps)", m = again;
     }
     report.signs.push_back(frozen_output(w, p));
     report.signs.push_back(gradient_flow(w, o));
@@ -936,7 +965,7 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     report.signs.push_back(non_finite_source(w));
     report.signs.push_back(prediction_collapse(w, p));
     report.signs.push_back(grad_norm_range(w));
-    report.signs.push_back(monitor_health(w, o));
+    report.signs.push_back(monitor_health(w));
     report.signs.front().evidence = "the training code ran " + std::to_string(w.records.size()) + " steps without throwing";
   } catch (const TrainingError& e) {
     report.signs.front() = code_error_sign(e);

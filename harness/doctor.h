@@ -11,8 +11,10 @@
 //   input_scale           the first training batches: non-finite values, or a scale far from
 //                         unit (rms above 10, e.g. raw 0..255 pixels, or below 0.01)
 //   optimizer_coverage    a trainable model parameter that no optimizer updates
-//   loss_output_mismatch  the outputs already are probabilities (rows sum to 1) and the loss
-//                         takes them for logits (softmax applied twice)
+//   loss_output_mismatch  softmax applied twice: the outputs already are probabilities (rows
+//                         sum to 1) and the loss takes them for logits, or the loss is the
+//                         cross-entropy of the outputs' softmax (at the start; again after
+//                         the run when small logits leave it open)
 //   overfit_one_batch     one batch, weight decay off, the config's peak learning rate, up to
 //                         1,000 steps: the loss must reach 0.05 (or fall below a quarter of
 //                         the first loss and of log(classes)); then

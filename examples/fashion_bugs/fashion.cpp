@@ -121,6 +121,7 @@ torch::Tensor FashionScenario::forward(const torch::Tensor& x, const spikehunt::
 
 torch::Tensor FashionScenario::loss(const torch::Tensor& outputs, const torch::Tensor& targets) {
   if (bug_ == "labels_float") return torch::nn::functional::cross_entropy(outputs, targets.to(torch::kFloat32));
+  if (bug_ == "softmax_in_loss") return torch::nn::functional::cross_entropy(torch::softmax(outputs, 1), targets);
   if (bug_ == "sharp_log_softmax") {
     const torch::Tensor p = torch::softmax(outputs / 0.02, 1);
     return -(torch::one_hot(targets, 10).to(p.scalar_type()) * torch::log(p)).sum(1).mean();
@@ -163,7 +164,7 @@ void register_fashion() {
   spikehunt::register_scenario(
       "fashion", [](const spikehunt::TrainingConfig& c) { return std::make_unique<FashionScenario>(c); },
       {ParamSpec::string("bug", "none",
-                         {"none", "lr_units", "raw_pixels", "softmax_twice", "five_outputs", "labels_float",
+                         {"none", "lr_units", "raw_pixels", "softmax_twice", "softmax_in_loss", "five_outputs", "labels_float",
                           "dead_bias", "sharp_log_softmax", "imbalanced", "off_by_one_labels", "detached_hidden",
                           "saturated_sigmoid", "deep_sigmoid", "blank_image_nan", "head_not_optimized"},
                          "the planted bug (fashion.h)"),

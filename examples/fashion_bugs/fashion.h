@@ -8,6 +8,7 @@
 //   lr_units            the learning rate read as "per mille" and multiplied by 1000 (overflow)
 //   raw_pixels          the loader forgets to divide by 255
 //   softmax_twice       forward returns softmax(logits) and the loss is cross_entropy
+//   softmax_in_loss     the loss is cross_entropy(softmax(logits)): softmax twice, inside the loss
 //   five_outputs        the output layer has 5 units for 10 classes
 //   labels_float        the labels are handed to cross_entropy as float
 //   dead_bias           the first layer's bias initialized to -4 (its ReLUs never fire)

@@ -57,6 +57,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"lr_units", "non_finite_source", "float32 overflow"},
                       Case{"raw_pixels", "input_scale", "not normalized"},
                       Case{"softmax_twice", "loss_output_mismatch", "softmax is applied twice"},
+                      Case{"softmax_in_loss", "loss_output_mismatch", "the loss takes a softmax"},
                       Case{"five_outputs", "training_code_error", "the output has 5 classes but a label is"},
                       Case{"labels_float", "training_code_error", "not as int64 class ids"},
                       Case{"dead_bias", "dead_units", "hidden1 (rectifier) are dead"},
