@@ -13,7 +13,7 @@
 //   labels_float        the labels are handed to cross_entropy as float
 //   dead_bias           the first layer's bias initialized to -4 (its ReLUs never fire)
 //   sharp_log_softmax   a hand-written -log(softmax(logits / 0.02)) without epsilon
-//   imbalanced          a filter bug keeps 95% class 0 in the training set
+//   imbalanced          a filter bug keeps mostly class 0 (86% of the training set)
 //   off_by_one_labels   the training labels are read one class off
 //   detached_hidden     the first layer's output is detach()ed before the second
 //   saturated_sigmoid   sigmoid hidden units with a gate's bias init (-8): saturated at 0
