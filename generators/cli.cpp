@@ -9,11 +9,12 @@
 
 #include "generators/html_report.h"
 #include "generators/sweep.h"
+#include "harness/child.h"
 #include "scenarios/error.h"
 
 namespace spikehunt {
 
-double parse_duration(const std::string& text, const std::string& flag) {
+double parse_duration(const std::string& text, const std::string& verb, const std::string& flag) {
   double total = 0;
   size_t i = 0;
   bool any = false;
@@ -37,7 +38,7 @@ double parse_duration(const std::string& text, const std::string& flag) {
     i = end;
   }
   if (!any || i != text.size() || !(total > 0)) {
-    throw InputError(flag, flag, text, "is not a duration", "write e.g. 30m, 90s, 1h30m or 45 (seconds)");
+    throw flag_error(verb, flag, text, "is not a duration", "write e.g. 30m, 90s, 1h30m or 45 (seconds)");
   }
   return total;
 }
@@ -46,7 +47,7 @@ namespace {
 
 struct SweepArgs {
   std::string space, budget, timeout = "5m", out = "results/sweep";
-  int64_t runs = 24, shrink_budget = 60, max_shrinks = 3;
+  int64_t runs = 24, shrink_bursts = 60, max_shrinks = 3;
   uint64_t seed = 0;
   int jobs = 2;
   bool no_progress = false;
@@ -54,12 +55,12 @@ struct SweepArgs {
 
 struct ShrinkArgs {
   std::string config, run, space, timeout = "5m", out;
-  int64_t budget = 100;
+  int64_t bursts = 100;
   int jobs = 2;
 };
 
-void check_positive(const char* flag, int64_t v) {
-  if (v < 1) throw InputError(flag, flag, std::to_string(v), "must be at least 1");
+void check_positive(const char* verb, const char* flag, int64_t v) {
+  if (v < 1) throw flag_error(verb, flag, std::to_string(v), "must be at least 1");
 }
 
 }  // namespace
@@ -73,15 +74,15 @@ void add_generator_verbs(Cli& cli) {
           o.space = SearchSpace::load(s->space);
           o.space_source = s->space;
         }
-        check_positive("--runs", s->runs);
-        check_positive("-j", s->jobs);
-        check_positive("--shrink-budget", s->shrink_budget);
+        check_positive("sweep", "--runs", s->runs);
+        check_positive("sweep", "-j", s->jobs);
+        check_positive("sweep", "--shrink-bursts", s->shrink_bursts);
         o.runs = s->runs;
         o.seed = s->seed;
         o.jobs = s->jobs;
-        o.timeout_seconds = parse_duration(s->timeout, "--timeout");
-        o.budget_seconds = s->budget.empty() ? 0 : parse_duration(s->budget, "--budget");
-        o.shrink_evaluations = s->shrink_budget;
+        o.timeout_seconds = parse_duration(s->timeout, "sweep", "--timeout");
+        o.budget_seconds = s->budget.empty() ? 0 : parse_duration(s->budget, "sweep", "--budget");
+        o.shrink_evaluations = s->shrink_bursts;
         o.max_shrinks = s->max_shrinks;
         o.out_dir = s->out;
         o.progress = !s->no_progress;
@@ -92,36 +93,37 @@ void add_generator_verbs(Cli& cli) {
   sweep->add_option("--runs", s->runs, "Search samples")->capture_default_str();
   sweep->add_option("--seed", s->seed, "Sweep seed: sample i is the same point for the same seed")->capture_default_str();
   sweep->add_option("-j,--jobs", s->jobs, "Bursts at once, each in its own process")->capture_default_str();
-  sweep->add_option("--budget", s->budget, "Wall-time budget for the whole sweep, e.g. 30m");
+  sweep->add_option("--budget", s->budget, "Wall-time budget for the whole sweep, e.g. 30m, 90s, 1h30m (a duration)");
   sweep->add_option("--timeout", s->timeout, "Per-burst timeout: a burst past it is a timeout verdict")->capture_default_str();
   sweep->add_option("--out", s->out, "Folder for sweep.db and repros/")->capture_default_str();
-  sweep->add_option("--shrink-budget", s->shrink_budget, "Bursts each shrink may run")->capture_default_str();
+  sweep->add_option("--shrink-bursts,--shrink-budget", s->shrink_bursts,
+                    "Bursts each shrink may run (--shrink-budget: its old name)")->capture_default_str();
   sweep->add_option("--max-shrinks", s->max_shrinks, "Distinct failures to shrink, most frequent first")->capture_default_str();
   sweep->add_flag("--no-progress", s->no_progress, "No progress bar");
 
   auto k = std::make_shared<ShrinkArgs>();
   CLI::App* shrink_cmd = cli.verb("shrink", "Shrink one failing config to a minimal one that fails the same way", [k] {
     if (k->config.empty() == k->run.empty()) {
-      throw InputError("shrink", "--config / --run", "", "give exactly one of them",
-                       "spikehunt shrink --config FILE, or --run ID of a results/ folder");
+      throw flag_error("shrink", "--config / --run", "", "give exactly one of them",
+                       program_name() + " shrink --config FILE, or --run ID of a results/ folder");
     }
-    check_positive("--budget", k->budget);
-    check_positive("-j", k->jobs);
+    check_positive("shrink", "--bursts", k->bursts);
+    check_positive("shrink", "-j", k->jobs);
     ShrinkOptions o;
     if (!k->config.empty()) {
       o.source = k->config;
     } else {
       o.source = std::filesystem::is_directory(k->run) ? k->run : "results/" + k->run;
       if (!std::filesystem::is_directory(o.source)) {
-        throw InputError("--run", "--run", k->run, "is neither a run folder nor a run id under results/");
+        throw flag_error("shrink", "--run", k->run, "is neither a run folder nor a run id under results/");
       }
       o.source += "/config.json";
     }
     o.config = load_config(o.source);
     if (!k->space.empty()) o.space = SearchSpace::load(k->space);
     o.jobs = k->jobs;
-    o.timeout_seconds = parse_duration(k->timeout, "--timeout");
-    o.evaluations = k->budget;
+    o.timeout_seconds = parse_duration(k->timeout, "shrink", "--timeout");
+    o.evaluations = k->bursts;
     o.out_dir = k->out;
     return run_shrink(o, std::cout);
   });
@@ -129,7 +131,8 @@ void add_generator_verbs(Cli& cli) {
   shrink_cmd->add_option("--run", k->run, "A `spikehunt run` result: its id under results/, or its folder");
   shrink_cmd->add_option("--space", k->space, "Space giving the simplest values and grids (default: built-in)");
   shrink_cmd->add_option("-j,--jobs", k->jobs, "Bursts at once")->capture_default_str();
-  shrink_cmd->add_option("--budget", k->budget, "Bursts the shrink may run")->capture_default_str();
+  shrink_cmd->add_option("--bursts", k->bursts, "Bursts the shrink may run (a count; a sweep's --budget is time)")
+      ->capture_default_str();
   shrink_cmd->add_option("--timeout", k->timeout, "Per-burst timeout")->capture_default_str();
   shrink_cmd->add_option("--out", k->out, "Folder for the minimal config and repro (default: results/shrink-<hash>)");
 

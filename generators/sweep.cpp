@@ -209,8 +209,14 @@ class Progress {
 struct FailureGroup {
   std::string signature;
   int64_t occurrences = 0;
-  RunRow first;  // the earliest search run with this signature
+  RunRow first;  // the search run with this signature of the lowest sample index
 };
+
+// The children's scratch folder goes when it is empty (a failed burst leaves its log there).
+void remove_if_empty(const std::string& dir) {
+  std::error_code ec;
+  if (fs::is_directory(dir, ec) && fs::is_empty(dir, ec)) fs::remove(dir, ec);
+}
 
 }  // namespace
 
@@ -320,13 +326,13 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
   for (const RunRow& r : searched) {
     const std::string sig = fault_signature(r.summary.verdict);
     if (sig.empty()) continue;
-    FailureGroup& g = groups[sig];
-    if (g.occurrences++ == 0) g.signature = sig, g.first = r;
+    FailureGroup& g = groups[sig];  // "first" is the lowest sample, whatever -j finished first
+    if (g.occurrences++ == 0 || r.sample < g.first.sample) g.signature = sig, g.first = r;
   }
   std::vector<FailureGroup> ordered;
   for (auto& [sig, g] : groups) ordered.push_back(g);
   std::sort(ordered.begin(), ordered.end(), [](const FailureGroup& a, const FailureGroup& b) {
-    return a.occurrences != b.occurrences ? a.occurrences > b.occurrences : a.first.id < b.first.id;
+    return a.occurrences != b.occurrences ? a.occurrences > b.occurrences : a.first.sample < b.first.sample;
   });
 
   // ---- shrink, repro, replay ----
@@ -434,6 +440,7 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
     std::istringstream test(draft_regression_test(repro, row->repro_path));
     for (std::string l; std::getline(test, l);) out << "     " << l << "\n";
   }
+  remove_if_empty(o.out_dir + "/work");
   try {
     const ReportFacts report = write_sweep_report(o.out_dir);
     out << "\nreport: " << report.path << " (one offline page: open it in a browser)\n";
@@ -476,6 +483,7 @@ int run_shrink(const ShrinkOptions& o, std::ostream& out) {
   save_config(minimal, out_dir + "/minimal.config.json");
   bool ok = false;
   const std::string verdict = record_and_replay(binary, minimal, path, target, o.timeout_seconds, out_dir + "/work", &ok);
+  remove_if_empty(out_dir + "/work");
   out << "\nminimal config: " << out_dir << "/minimal.config.json\n";
   if (fs::exists(path)) {
     const Repro repro = read_repro(path);

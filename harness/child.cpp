@@ -120,7 +120,19 @@ std::string tail_of(const std::string& path, size_t max_bytes) {
   return s;
 }
 
+namespace {
+
+std::string& invoked_as() {
+  static std::string name;
+  return name;
+}
+
+}  // namespace
+
+void set_invoked_as(const std::string& argv0) { invoked_as() = argv0; }
+
 std::string program_name() {
+  if (!invoked_as().empty()) return invoked_as();
   const std::string path = self_executable();
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);

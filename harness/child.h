@@ -28,9 +28,12 @@ struct ChildExit {
 
 // This process's executable (/proc/self/exe), for re-spawning spikehunt itself.
 std::string self_executable();
-// Its file name ("spikehunt", or a user's program that calls cli_main), for
-// the commands we print.
+// How this program was invoked (argv[0] as the shell gave it: "spikehunt"
+// on PATH, "build/spikehunt", or a user's program that calls cli_main), so a
+// printed command can be pasted back; the executable's file name when
+// set_invoked_as() was not called.
 std::string program_name();
+void set_invoked_as(const std::string& argv0);
 
 // Runs every spec, at most `parallel` at once, in order of the specs; calls
 // on_exit(index, exit) in this thread as each child ends. Throws

@@ -7,12 +7,15 @@
 
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <regex>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "harness/burst.h"
+#include "harness/child.h"
 #include "harness/doctor.h"
 #include "harness/checkpoint.h"
 #include "harness/env.h"
@@ -46,6 +49,24 @@ struct RunArgs {
   bool fail_fast = false;
   bool print_config = false;
 };
+
+// Where a config came from, as headers print it: "<built-in default>" or the
+// file, and the overrides ("my.json with --set optimizer.lr=0.1").
+std::string config_source(const std::string& file, const std::vector<std::string>& sets) {
+  std::string s = file.empty() ? "<built-in default>" : file;
+  if (!sets.empty()) s += " with --set";
+  for (const std::string& x : sets) s += " " + x;
+  return s;
+}
+
+// What a config starts from, said plainly: a file from the field defaults,
+// no file from the built-in default (the field defaults and a few changes).
+std::string config_origin(const std::string& file) {
+  if (!file.empty()) return file + ": the fields it sets over the field defaults (README: Configs)";
+  std::string changes;
+  for (const std::string& d : config_diff(TrainingConfig{}, default_config())) changes += " " + d;
+  return "<built-in default> (configs/default.json): the field defaults with" + changes;
+}
 
 // The config line and, when the scenario was built, what it is.
 void print_header(const TrainingConfig& c, const std::string& source, Scenario* scenario, const Environment& env) {
@@ -88,9 +109,10 @@ void print_header(const TrainingConfig& c, const std::string& source, Scenario* 
 }
 
 int run_verb(const RunArgs& a) {
-  const std::string source = a.config.empty() ? "<built-in default>" : a.config;
+  const std::string source = config_source(a.config, a.sets);
   const TrainingConfig config = a.config.empty() ? default_config(a.sets) : load_config(a.config, a.sets);
   if (a.print_config) {
+    std::cerr << "# " << config_origin(a.config) << "\n";  // stdout stays JSON
     std::cout << config_to_json(config).dump(2) << "\n";
     return kExitOk;
   }
@@ -155,10 +177,24 @@ int run_verb(const RunArgs& a) {
   };
   save_state(result.last_healthy, "last_healthy.safetensors", "entering the onset step");
   save_state(result.first_bad, "first_bad.safetensors", "after the failure step");
+  // Every run is replayable: its repro (the config, every step's hashes, the
+  // verdict) points at last_healthy.safetensors when there is one.
+  Repro repro;
+  repro.config = config;
+  repro.environment = env;
+  repro.verdict = v;
+  repro.step_hashes = result.step_hashes;
+  repro.scenario_class = scenario_class(config.scenario);
+  if (result.last_healthy) {
+    repro.checkpoint = ReproCheckpoint{"last_healthy.safetensors", result.last_healthy->step, result.last_healthy->monitor};
+  }
+  write_file_atomic(dir.file("repro.json"), repro_to_json(repro));
+  files.push_back("repro.json");
   const std::string path = dir.commit();
   std::cout << "\nwrote " << path << "/ (";
   for (size_t i = 0; i < files.size(); ++i) std::cout << (i ? ", " : "") << files[i];
-  std::cout << ")\n";
+  std::cout << ")\nreplay it: " << program_name() << " replay " << path << "/repro.json"
+            << (repro.checkpoint ? " --from-checkpoint" : "") << "\n";
   return v.outcome == Outcome::kHealthy ? kExitOk : kExitFinding;
 }
 
@@ -179,7 +215,8 @@ int audit_verb(const std::string& file) {
   for (const TensorAudit& a : audits) {
     std::printf("%-40s %-5s %-18s %10lld %10lld %10lld %12s\n", a.name.c_str(), to_string(a.dtype),
                 shape_text(a.shape).c_str(), static_cast<long long>(a.nan), static_cast<long long>(a.pos_inf),
-                static_cast<long long>(a.neg_inf), fmt(a.max_abs).c_str());
+                static_cast<long long>(a.neg_inf),
+                a.nan + a.pos_inf + a.neg_inf == a.numel && a.numel > 0 ? "none" : fmt(a.max_abs).c_str());
     bad += !a.finite();
   }
   for (const auto& [k, v] : f.metadata) std::printf("metadata %s = %s\n", k.c_str(), v.c_str());
@@ -237,17 +274,25 @@ struct ReplayArgs {
   std::string file;
   bool from_checkpoint = false;
   int64_t threads = 0;
+  bool threads_given = false;
 };
 
 int replay_verb(const ReplayArgs& a) {
+  if (a.threads_given && a.threads < 1) {
+    throw flag_error("replay", "--threads", std::to_string(a.threads), "must be at least 1",
+                     "leave it out to replay on the repro's thread count");
+  }
   const Repro repro = read_repro(a.file);
   ReplayOptions options;
   options.from_checkpoint = a.from_checkpoint;
-  options.threads = a.threads;
+  options.threads = a.threads_given ? a.threads : 0;
   const ReplayReport r = replay(repro, a.file, options);
   for (const std::string& w : r.warnings) std::cout << "warning: " << w << "\n";
-  std::printf("replayed %s from step %lld: %lld steps in %.2f s\n", a.file.c_str(),
-              static_cast<long long>(r.start_step), static_cast<long long>(r.steps_run), r.seconds);
+  const char* from = !a.from_checkpoint ? ""
+                     : r.start_step == 0 ? " (its checkpoint: the onset is the first step, so it holds the initial state)"
+                                         : " (its checkpoint)";
+  std::printf("replayed %s from step %lld%s: %lld steps in %.2f s\n", a.file.c_str(),
+              static_cast<long long>(r.start_step), from, static_cast<long long>(r.steps_run), r.seconds);
   if (r.reproduced) {
     std::printf("reproduced: %s", to_string(r.verdict.outcome));
     if (r.verdict.fault) std::printf(", %s", r.verdict.fault->describe().c_str());
@@ -301,10 +346,10 @@ std::string doctor_header(const std::string& title, const TrainingConfig& c, con
 
 int doctor_verb(const DoctorArgs& a) {
   if (!a.config.empty() && !a.planted.empty()) {
-    throw InputError("doctor", "--config / --planted", "", "give one of them, not both");
+    throw flag_error("doctor", "--config / --planted", "", "give one of them, not both");
   }
   if (a.steps < 1 || a.overfit_steps < 1) {
-    throw InputError("doctor", a.steps < 1 ? "--steps" : "--overfit-steps",
+    throw flag_error("doctor", a.steps < 1 ? "--steps" : "--overfit-steps",
                      std::to_string(std::min(a.steps, a.overfit_steps)), "must be at least 1");
   }
   ScenarioFactory make;
@@ -312,7 +357,7 @@ int doctor_verb(const DoctorArgs& a) {
   TrainingConfig config;
   if (!a.planted.empty()) {
     config = planted_config(a.planted);  // checks the name
-    if (!a.sets.empty()) throw InputError("--set", "--set", "", "does not apply to --planted scenarios");
+    if (!a.sets.empty()) throw flag_error("doctor", "--set", "", "does not apply to --planted scenarios");
     make = [name = a.planted] { return make_planted_scenario(name); };
     title = "planted bug " + a.planted;
   } else {
@@ -323,7 +368,7 @@ int doctor_verb(const DoctorArgs& a) {
     } else {
       make = [config] { return make_scenario(config); };
     }
-    title = a.config.empty() ? "<built-in default>" : a.config;
+    title = config_source(a.config, a.sets);
   }
   configure_runtime(config);
   DoctorOptions o;
@@ -367,6 +412,11 @@ int doctor_json_main(const DoctorArgs& a) {
 
 // ---- the CLI ----
 
+InputError flag_error(const std::string& verb, const std::string& flag, const std::string& value,
+                      const std::string& message, const std::string& hint) {
+  return InputError(program_name() + " " + verb, flag, value, message, hint);
+}
+
 struct Cli::Impl {
   CLI::App app{"spikehunt: fuzzing and numerical stress-testing for deep-learning training"};
   std::vector<std::pair<CLI::App*, std::function<int()>>> verbs;
@@ -387,12 +437,143 @@ CLI::App* Cli::verb(const std::string& name, const std::string& description, std
   return command;
 }
 
+namespace {
+
+// Flags that moved, with what to write instead: (verb, flag) -> hint.
+const std::map<std::pair<std::string, std::string>, std::string>& moved_flags() {
+  static const std::map<std::pair<std::string, std::string>, std::string> moved = {
+      {{"shrink", "--budget"}, "shrink counts bursts: --bursts N (a sweep's --budget is its wall time)"},
+  };
+  return moved;
+}
+
+std::string verb_list(const std::vector<std::string>& verbs) {
+  std::string s;
+  for (const std::string& v : verbs) s += (s.empty() ? "" : ", ") + v;
+  return s;
+}
+
+// The flags a verb takes, by their long (and short) names.
+std::vector<std::string> flags_of(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+    for (const std::string& sn : o->get_snames()) names.push_back("-" + sn);
+  }
+  return names;
+}
+
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best;
+}
+
+// A command-line parse error in the form of config errors: error: / hint:.
+InputError flag_error(const CLI::ParseError& e, const std::string& program, const std::string& verb,
+                      const CLI::App* app) {
+  const std::string where = verb.empty() ? program : program + " " + verb;
+  const std::string help = where + " --help lists its flags";
+  const std::string what = e.what();
+  std::smatch m;
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr && app != nullptr) {
+    std::vector<Problem> problems;
+    std::vector<std::string> args;
+    std::istringstream extras(what.substr(what.find(':') + 1));
+    for (std::string arg; extras >> arg;) args.push_back(arg);
+    const bool any_flag = std::any_of(args.begin(), args.end(), [](const std::string& a) { return a[0] == '-'; });
+    for (const std::string& arg : args) {
+      if (arg[0] != '-') {  // beside an unknown flag, most likely its value
+        if (!any_flag) problems.push_back({arg, "", "is not an argument of " + where, help});
+        continue;
+      }
+      const std::string flag = arg.substr(0, arg.find('='));
+      const auto moved = moved_flags().find({verb, flag});
+      const std::string near = nearest(flag, flags_of(*app));
+      problems.push_back({flag, "", "is not a flag of " + where,
+                          moved != moved_flags().end() ? moved->second
+                          : near.empty()               ? help
+                                                       : "did you mean \"" + near + "\"? (" + help + ")"});
+    }
+    return InputError(where, std::move(problems));
+  }
+  if (std::regex_search(what, m, std::regex(R"(Could not convert: (\S+) = (.*))"))) {
+    std::string kind = "is not a value of its type";
+    if (app != nullptr) {
+      for (const CLI::Option* o : app->get_options()) {
+        if (!o->check_name(m[1])) continue;
+        const std::string type = o->get_type_name();
+        kind = type == "INT" ? "is not an integer" : type == "UINT" ? "is not a non-negative integer"
+             : type == "FLOAT" ? "is not a number" : "is not a " + type;
+      }
+    }
+    return InputError(where, m[1], m[2], kind, help);
+  }
+  if (std::regex_search(what, m, std::regex(R"((\S+): \d+ required (\S+) missing)"))) {
+    return InputError(where, m[1], "", "needs a value (" + std::string(m[2]) + ")", help);
+  }
+  return InputError(where, "", "", what, help);
+}
+
+}  // namespace
+
 int Cli::main(int argc, char** argv) {
+  set_invoked_as(argc > 0 ? argv[0] : "spikehunt");
+  const std::string program = program_name();
+  // The verb: the first argument that is not a flag.
+  std::string verb;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help" || a == "--version") break;
+    if (!a.empty() && a[0] != '-') {
+      verb = a;
+      break;
+    }
+  }
+  std::vector<std::string> verbs;  // as help lists them (the hidden ones left out)
+  const CLI::App* verb_app = nullptr;
+  for (const auto& [command, run] : impl_->verbs) {
+    if (!command->get_group().empty()) verbs.push_back(command->get_name());
+    if (command->get_name() == verb) verb_app = command;
+  }
+  if (!verb.empty() && verb_app == nullptr) {
+    const std::string near = nearest(verb, verbs);
+    std::cerr << InputError(program, verb, "", "is not a verb of " + program,
+                            (near.empty() ? "" : "did you mean \"" + near + "\"? ") + "the verbs: " + verb_list(verbs))
+                     .what()
+              << "\n";
+    return kExitBadInput;
+  }
+  if (verb.empty() && argc > 1 && std::string(argv[1]) != "-h" && std::string(argv[1]) != "--help" &&
+      std::string(argv[1]) != "--version") {
+    std::cerr << InputError(program, argv[1], "", "is not a flag of " + program,
+                            "its flags are --help and --version; a verb comes first: " + program + " VERB ...")
+                     .what()
+              << "\n";
+    return kExitBadInput;
+  }
+  if (argc <= 1) {
+    std::cerr << InputError(program, "", "", "needs a verb", "the verbs: " + verb_list(verbs) + " (" + program +
+                                                                 " --help, " + program + " VERB --help)")
+                     .what()
+              << "\n";
+    return kExitBadInput;
+  }
   try {
     impl_->app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return impl_->app.exit(e) == 0 ? kExitOk : kExitBadInput;
+  } catch (const CLI::CallForAllHelp& e) {
+    return impl_->app.exit(e) == 0 ? kExitOk : kExitBadInput;
+  } catch (const CLI::CallForVersion& e) {
+    return impl_->app.exit(e) == 0 ? kExitOk : kExitBadInput;
   } catch (const CLI::ParseError& e) {
-    const int rc = impl_->app.exit(e);
-    return rc == 0 ? kExitOk : kExitBadInput;
+    std::cerr << flag_error(e, program, verb, verb_app).what() << "\n";
+    return kExitBadInput;
   }
   try {
     for (auto& [command, run] : impl_->verbs) {
@@ -415,7 +596,7 @@ void add_harness_verbs(Cli& cli) {
   run->add_option("--config", run_args->config, "Config JSON (default: the built-in default, configs/default.json)");
   run->add_option("--set", run_args->sets, "Override one field, e.g. --set optimizer.lr=0.01 (repeatable)")
       ->allow_extra_args(false);
-  run->add_option("--out", run_args->out, "Folder for results/<run-id>/")->capture_default_str();
+  run->add_option("--out", run_args->out, "Folder the run's folder <YYYYMMDD-HHMMSS>-<config hash>/ is written under (relative to the current directory)")->capture_default_str();
   run->add_flag("--no-checkpoints", run_args->no_checkpoints, "Do not keep the last healthy / first bad state");
   run->add_flag("--fail-fast", run_args->fail_fast,
                 "Stop a step at its first non-finite statistic (before backward / the optimizer step); "
@@ -431,10 +612,10 @@ void add_harness_verbs(Cli& cli) {
       "audit", "Count NaN/+Inf/-Inf per tensor of a safetensors checkpoint, or compare two", [audit_args] {
         const AuditArgs& a = *audit_args;
         if (!a.pair.empty() && !a.file.empty()) {
-          throw InputError("--pair", "", "", "takes two files; give either FILE or --pair A B");
+          throw flag_error("audit", "--pair", "", "takes two files; give either FILE or --pair A B");
         }
         if (!a.pair.empty()) return pair_verb(a.pair[0], a.pair[1]);
-        if (a.file.empty()) throw InputError("audit", "", "", "needs a file", "spikehunt audit FILE.safetensors");
+        if (a.file.empty()) throw flag_error("audit", "FILE", "", "is missing", program_name() + " audit FILE.safetensors");
         return audit_verb(a.file);
       });
   audit_cmd->add_option("file", audit_args->file, "Checkpoint to audit");
@@ -448,13 +629,18 @@ void add_harness_verbs(Cli& cli) {
   CLI::App* guard = cli.verb(
       "guard", "Record a pinned suite of configs, or check that none got less stable than its baseline", [guard_args] {
         const GuardArgs& g = *guard_args;
-        if (g.suite.empty()) throw InputError("guard", "--suite", "", "is required", "spikehunt guard " + g.action + " --suite FILE ...");
+        const std::string verb = "guard " + g.action;
+        if (g.suite.empty()) throw flag_error(verb, "--suite", "", "is required", program_name() + " " + verb + " --suite FILE ...");
         if (g.action == "record") {
-          if (g.out.empty()) throw InputError("guard record", "--out", "", "is required", "where to write the baseline JSON");
+          if (g.out.empty()) throw flag_error(verb, "--out", "", "is required", "where to write the baseline JSON");
+          if (!g.baseline.empty()) throw flag_error(verb, "--baseline", g.baseline, "applies to guard check", "record writes --out");
           return guard_record(g.suite, g.out, g.sets, std::cout);
         }
         if (g.baseline.empty()) {
-          throw InputError("guard check", "--baseline", "", "is required", "the file guard record --out wrote");
+          throw flag_error(verb, "--baseline", "", "is required", "the file guard record --out wrote");
+        }
+        if (!g.out.empty()) {
+          throw flag_error(verb, "--out", g.out, "applies to guard record", "check writes nothing: it reads --baseline");
         }
         return guard_check(g.suite, g.baseline, g.sets, std::cout);
       });
@@ -471,7 +657,9 @@ void add_harness_verbs(Cli& cli) {
   replay_cmd->add_option("file", replay_args->file, "The .repro.json file")->required();
   replay_cmd->add_flag("--from-checkpoint", replay_args->from_checkpoint,
                        "Start from the repro's last healthy checkpoint instead of step 0");
-  replay_cmd->add_option("--threads", replay_args->threads, "Thread count (default: the repro's; others are not bit-exact)");
+  CLI::Option* threads =
+      replay_cmd->add_option("--threads", replay_args->threads, "Thread count (default: the repro's; others are not bit-exact)");
+  replay_cmd->callback([replay_args, threads] { replay_args->threads_given = threads->count() > 0; });
 
   auto doctor_args = std::make_shared<DoctorArgs>();
   CLI::App* doctor_cmd = cli.verb("doctor", "Run the vital signs that catch the classic training bugs",
@@ -492,10 +680,10 @@ void add_harness_verbs(Cli& cli) {
   auto burst_args = std::make_shared<BurstArgs>();
   CLI::App* burst = cli.verb("burst", "Run one burst and write its summary (what sweeps spawn)",
                              [burst_args] { return burst_verb(*burst_args); }, /*hidden=*/true);
-  burst->add_option("--config", burst_args->config)->required();
-  burst->add_option("--result", burst_args->result)->required();
-  burst->add_option("--repro", burst_args->repro);
-  burst->add_flag("--hashes", burst_args->hashes);
+  burst->add_option("--config", burst_args->config, "The config JSON to train")->required();
+  burst->add_option("--result", burst_args->result, "Where to write the burst's summary JSON")->required();
+  burst->add_option("--repro", burst_args->repro, "Also record a repro file here (with its checkpoint and trace)");
+  burst->add_flag("--hashes", burst_args->hashes, "Put every step's hashes in the summary");
 }
 
 }  // namespace spikehunt

@@ -77,10 +77,14 @@ SafeTensors parse_safetensors(std::string bytes, const std::string& file) {
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
   if (n > kMaxHeader || n > bytes.size() - 8) {
+    // A random file gives a 19-digit "length": say what the bytes are rather than quoting it.
+    if (n > kMaxHeader) {
+      throw fail("header length", "", "is not one: the first 8 bytes do not give a header length under 100 MB (" +
+                                          std::to_string(bytes.size()) + " bytes in the file)",
+                 "this is not a safetensors file");
+    }
     throw fail("header length", std::to_string(n),
-               "exceeds " + std::string(n > kMaxHeader ? "the 100 MB limit" : "the file") + " (" +
-                   std::to_string(bytes.size()) + " bytes)",
-               "the file is truncated or not a safetensors file");
+               "exceeds the file (" + std::to_string(bytes.size()) + " bytes)", "the file is truncated");
   }
   SafeTensors f;
   f.data_start = 8 + n;

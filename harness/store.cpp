@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -122,17 +124,37 @@ SweepStore::SweepStore(const std::string& path, const std::string& space_json, u
   if (stored_space != space_json || stored_seed != std::to_string(seed)) {
     sqlite3_close(db_);
     db_ = nullptr;
-    throw InputError(path, stored_space != space_json ? "space" : "seed",
-                     stored_space != space_json ? "" : stored_seed,
-                     "belongs to a sweep with another " + std::string(stored_space != space_json ? "space" : "seed"),
-                     "resume with the same --space and --seed, or give --out a fresh folder");
+    if (stored_space != space_json) {
+      throw InputError(path, "", "", "holds a sweep over another search space than this one",
+                       "resume with the space it was made with (its space is in the report's \"search space\"), "
+                       "or give --out a fresh folder");
+    }
+    throw InputError(path, "", "",
+                     "holds a sweep with --seed " + stored_seed + ", not --seed " + std::to_string(seed),
+                     "resume with --seed " + stored_seed + ", or give --out a fresh folder");
   }
 }
 
 std::unique_ptr<SweepStore> SweepStore::open_read_only(const std::string& path) {
   std::unique_ptr<SweepStore> store(new SweepStore());
   store->path_ = path;
-  if (sqlite3_open_v2(path.c_str(), &store->db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+  // Read-only and leaving nothing behind: without a write-ahead log beside it
+  // (no sweep writing, none killed mid-write) the file is opened immutable,
+  // which creates no -wal or -shm files; with one, read-only through it.
+  std::error_code ec;
+  const bool wal = std::filesystem::exists(path + "-wal", ec);
+  std::string uri = "file:";
+  for (const char c : path) {
+    if (c == '?' || c == '#' || c == '%') {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", static_cast<unsigned char>(c));
+      uri += hex;
+    } else {
+      uri += c;
+    }
+  }
+  if (!wal) uri += "?immutable=1";
+  if (sqlite3_open_v2(uri.c_str(), &store->db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr) != SQLITE_OK) {
     const std::string why = store->db_ ? sqlite3_errmsg(store->db_) : "out of memory";
     throw InputError(path, "", "", "cannot be opened as a sweep database: " + why,
                      "give the --out folder of a spikehunt sweep");

@@ -779,66 +779,90 @@ std::vector<Problem> validate(const TrainingConfig& c) {
 
 // ---- overrides, load, save ----
 
-void apply_overrides(json& j, const std::vector<std::string>& overrides) {
+namespace {
+
+// Applies one "key=value" override; throws InputError("--set", ...) when it is not one.
+void apply_override(json& j, const std::string& item) {
   static const json kSchema = config_to_json(TrainingConfig{});
   static const json kLeaf = nullptr;
-  for (const std::string& item : overrides) {
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      throw InputError("--set", item, "", "is not key=value", "e.g. --set optimizer.lr=0.01");
-    }
-    const std::string key = item.substr(0, eq);
-    const std::string text = item.substr(eq + 1);
-    const json* schema = &kSchema;
-    json* target = &j;
-    std::string walked;
-    size_t start = 0;
-    while (true) {
-      const size_t dot = key.find('.', start);
-      const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-      walked += (walked.empty() ? "" : ".") + part;
-      if (walked == "params." + part) {  // a scenario's own knob: any name; declared ones are checked when parsed
-        if (dot != std::string::npos) {
-          throw InputError("--set", key, "", "is not a parameter name: params are flat", "e.g. --set params.warmup=30");
-        }
-        if (!target->is_object()) *target = json::object();
-        target = &(*target)[part];
-        schema = &kLeaf;
-        break;
+  const size_t eq = item.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw InputError("--set", item, "", "is not key=value", "e.g. --set optimizer.lr=0.01");
+  }
+  const std::string key = item.substr(0, eq);
+  const std::string text = item.substr(eq + 1);
+  const json* schema = &kSchema;
+  json* target = &j;
+  std::string walked;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = key.find('.', start);
+    const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    walked += (walked.empty() ? "" : ".") + part;
+    if (walked == "params." + part) {  // a scenario's own knob: any name; declared ones are checked when parsed
+      if (dot != std::string::npos) {
+        throw InputError("--set", key, "", "is not a parameter name: params are flat", "e.g. --set params.warmup=30");
       }
-      auto it = schema->is_object() ? schema->find(part) : schema->end();
-      if (it == schema->end()) {
-        std::vector<std::string> names;
-        if (schema->is_object()) {
-          for (auto s = schema->begin(); s != schema->end(); ++s) names.push_back(s.key());
-        }
-        const std::string near = closest(part, names);
-        throw InputError("--set", walked, "", "is not a config field",
-                         near.empty() ? "see configs/default.json for the fields"
-                                      : "did you mean \"" + near + "\"?");
-      }
-      schema = &*it;
       if (!target->is_object()) *target = json::object();
       target = &(*target)[part];
-      if (dot == std::string::npos) break;
-      start = dot + 1;
+      schema = &kLeaf;
+      break;
     }
-    if (schema->is_object()) {
-      throw InputError("--set", key, text, "is a group of fields, not a field",
-                       "set one of its fields, e.g. --set " + key + "." +
-                           (schema->empty() ? std::string("NAME") : schema->begin().key()) + "=...");
+    auto it = schema->is_object() ? schema->find(part) : schema->end();
+    if (it == schema->end()) {
+      std::vector<std::string> names;
+      if (schema->is_object()) {
+        for (auto s = schema->begin(); s != schema->end(); ++s) names.push_back(s.key());
+      }
+      const std::string near = closest(part, names);
+      throw InputError("--set", walked, "", "is not a config field",
+                       near.empty() ? "see configs/default.json for the fields" : "did you mean \"" + near + "\"?");
     }
-    json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (value.is_discarded()) {
-      value = text;  // bare words are strings: --set optimizer.kind=adam
-      try {
-        (void)value.dump();
-      } catch (const json::type_error&) {  // found by fuzz_config
-        throw InputError("--set", key, "", "has a value that is not valid UTF-8 text");
+    schema = &*it;
+    if (!target->is_object()) *target = json::object();
+    target = &(*target)[part];
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (schema->is_object()) {
+    throw InputError("--set", key, text, "is a group of fields, not a field",
+                     "set one of its fields, e.g. --set " + key + "." +
+                         (schema->empty() ? std::string("NAME") : schema->begin().key()) + "=...");
+  }
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) {
+    value = text;  // bare words are strings: --set optimizer.kind=adam
+    try {
+      (void)value.dump();
+    } catch (const json::type_error&) {  // found by fuzz_config
+      throw InputError("--set", key, "", "has a value that is not valid UTF-8 text");
+    }
+  }
+  *target = std::move(value);
+}
+
+// Applies every good override; the bad ones are problems naming "--set".
+void apply_overrides(json& j, const std::vector<std::string>& overrides, std::vector<Problem>* problems) {
+  for (const std::string& item : overrides) {
+    try {
+      json copy = j;  // a bad item leaves the config as it was
+      apply_override(copy, item);
+      j = std::move(copy);
+    } catch (const InputError& e) {
+      for (Problem p : e.problems()) {
+        p.file = "--set";
+        problems->push_back(std::move(p));
       }
     }
-    *target = std::move(value);
   }
+}
+
+}  // namespace
+
+void apply_overrides(json& j, const std::vector<std::string>& overrides) {
+  std::vector<Problem> problems;
+  apply_overrides(j, overrides, &problems);
+  if (!problems.empty()) throw InputError("--set", std::move(problems));
 }
 
 namespace {
@@ -864,10 +888,18 @@ std::vector<std::string> config_diff(const TrainingConfig& base, const TrainingC
 }
 
 TrainingConfig parse_config(json j, const std::string& file, const std::vector<std::string>& overrides) {
-  apply_overrides(j, overrides);
+  // Every problem at once: the overrides that are not fields, then the
+  // config's own (with the good overrides applied).
+  std::vector<Problem> problems;
+  apply_overrides(j, overrides, &problems);
   const std::string where = overrides.empty() ? file : file + " (with --set)";
-  TrainingConfig c = config_from_json(j, where);
-  std::vector<Problem> problems = validate(c);
+  TrainingConfig c;
+  try {
+    c = config_from_json(j, where);
+    for (Problem& p : validate(c)) problems.push_back(std::move(p));
+  } catch (const InputError& e) {
+    problems.insert(problems.end(), e.problems().begin(), e.problems().end());
+  }
   if (!problems.empty()) throw InputError(where, std::move(problems));
   return c;
 }

@@ -10,7 +10,8 @@ std::string format(const std::string& file, const std::vector<Problem>& problems
   std::string text;
   for (const Problem& p : problems) {
     if (!text.empty()) text += '\n';
-    text += "error: " + (file.empty() ? std::string("<input>") : file) + ": ";
+    const std::string& from = p.file.empty() ? file : p.file;
+    text += "error: " + (from.empty() ? std::string("<input>") : from) + ": ";
     if (!p.field.empty()) {
       text += p.field;
       if (!p.value.empty()) text += " = " + p.value;

@@ -12,15 +12,21 @@
 
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace spikehunt {
 
 struct Problem {
+  Problem() = default;
+  Problem(std::string field_, std::string value_, std::string message_, std::string hint_ = "", std::string file_ = "")
+      : field(std::move(field_)), value(std::move(value_)), message(std::move(message_)), hint(std::move(hint_)),
+        file(std::move(file_)) {}
   std::string field;    // dotted path, e.g. "optimizer.lr"; empty: the whole file
   std::string value;    // the offending value as written; empty when none
   std::string message;  // what is wrong, e.g. "is not in (0, 10]"
   std::string hint;     // what to try; may be empty
+  std::string file;     // where it came from, when not the error's file (e.g. "--set")
 };
 
 class InputError : public std::exception {

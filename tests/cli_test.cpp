@@ -1,7 +1,13 @@
 // Tests the spikehunt binary end to end: exit codes, what `run` prints and
 // writes, `audit`, and that bad input leaves nothing behind.
+#include <sys/wait.h>
+
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -52,7 +58,7 @@ TEST(Cli, DefaultRunTellsTheWholeStoryAndWritesItsResults) {
   ASSERT_EQ(runs.size(), 1u);
   const std::string dir = out.file(runs[0]);
   EXPECT_EQ(entries(dir), (std::vector<std::string>{"config.json", "first_bad.safetensors", "last_healthy.safetensors",
-                                                    "trace.jsonl", "verdict.json"}));
+                                                    "repro.json", "trace.jsonl", "verdict.json"}));
   std::ifstream verdict_file(dir + "/verdict.json");
   const nlohmann::json verdict = nlohmann::json::parse(verdict_file);
   EXPECT_EQ(verdict["outcome"], "non_finite");
@@ -107,10 +113,131 @@ TEST(Cli, BadConfigIsExitTwoWithFieldAndHintAndWritesNothing) {
   EXPECT_TRUE(entries(out.path()).empty()) << "no partial result folders";
 }
 
-TEST(Cli, PrintConfigShowsTheResolvedConfig) {
+TEST(Cli, PrintConfigShowsTheResolvedConfigAndWhatItStartsFrom) {
   const auto r = run_spikehunt("run --print-config --set seed=9");
   ASSERT_EQ(r.exit_code, 0);
-  EXPECT_EQ(nlohmann::json::parse(r.output)["seed"], 9);
+  const size_t json_at = r.output.find('{');
+  ASSERT_NE(json_at, std::string::npos) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output.substr(json_at))["seed"], 9);
+  EXPECT_TRUE(has(r.output.substr(0, json_at), "# <built-in default> (configs/default.json): the field defaults with "
+                                               "max_batches_per_epoch=40 optimizer.lr=0.15 seed=4"))
+      << r.output;
+  const auto file = run_spikehunt("run --print-config --config " + testing::source_path("configs/healthy.json"));
+  EXPECT_TRUE(has(file.output, "healthy.json: the fields it sets over the field defaults")) << file.output;
+}
+
+// ---- one CLI convention for every verb ----
+
+TEST(CliConventions, AnUnknownVerbIsNamedWithDidYouMean) {
+  for (const char* args : {"merge", "merge --help"}) {
+    const auto r = run_spikehunt(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_TRUE(has(r.output, ": merge is not a verb of ")) << r.output;
+    EXPECT_TRUE(has(r.output, "hint: the verbs: run, audit, guard, replay, doctor, sweep, shrink, report")) << r.output;
+    EXPECT_FALSE(has(r.output, "burst")) << "the hidden verb is not offered";
+  }
+  const auto typo = run_spikehunt("swep --runs 2");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_TRUE(has(typo.output, "did you mean \"sweep\"?")) << typo.output;
+  const auto none = run_spikehunt("");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_TRUE(has(none.output, "needs a verb")) << none.output;
+}
+
+TEST(CliConventions, FlagErrorsReadLikeConfigErrors) {
+  auto r = run_spikehunt("sweep --runs abc");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.output, " sweep: --runs = abc is not an integer\nhint: ")) << r.output;
+  r = run_spikehunt("sweep --rusn 3");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.output, " sweep: --rusn is not a flag of ")) << r.output;
+  EXPECT_TRUE(has(r.output, "did you mean \"--runs\"?")) << r.output;
+  r = run_spikehunt("shrink --budget 30m --config x.json");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.output, "hint: shrink counts bursts: --bursts N")) << "a count and a duration never share a name\n"
+                                                                        << r.output;
+  r = run_spikehunt("run --config");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.output, " run: --config needs a value")) << r.output;
+  r = run_spikehunt("sweep --runs 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.output, " sweep: --runs = 0 must be at least 1")) << r.output;
+}
+
+TEST(CliConventions, EverySetProblemIsReportedAtOnce) {
+  TempDir out;
+  const auto r = run_spikehunt("run --set optimizr.momentum=0.5 --set optimizer.lr=-0.05 --out " + out.path());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.output, "error: --set: optimizr is not a config field\nhint: did you mean \"optimizer\"?"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "(with --set): optimizer.lr = -0.05 is not in (0, 10]")) << r.output;
+  EXPECT_TRUE(entries(out.path()).empty());
+}
+
+TEST(CliConventions, NoFlagIsAcceptedThatTheActionIgnores) {
+  TempDir dir;
+  auto r = run_spikehunt("guard check --suite " + testing::source_path("configs/guard.json") + " --baseline b.json --out " +
+                         dir.file("x.json"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.output, "guard check: --out = " + dir.file("x.json") + " applies to guard record")) << r.output;
+  r = run_spikehunt("replay x.repro.json --threads 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.output, "replay: --threads = 0 must be at least 1")) << r.output;
+}
+
+TEST(CliConventions, APrintedReplayCommandPastesBackAndReproduces) {
+  TempDir out;
+  const auto r = run_spikehunt("run --set seed=3 --out " + out.path());
+  ASSERT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "config     <built-in default> with --set seed=3  name")) << r.output;
+  const size_t at = r.output.find("replay it: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string command = r.output.substr(at + 11, r.output.find('\n', at) - at - 11);
+  EXPECT_EQ(command.rfind(SPIKEHUNT_BINARY, 0), 0u) << "the program as it was invoked: " << command;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string replayed;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) replayed.append(buf, n);
+  const int status = ::pclose(pipe);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << command << "\n" << replayed;
+  EXPECT_TRUE(has(replayed, "reproduced: non_finite")) << replayed;
+}
+
+// README's verb table lists every flag of every verb, and nothing else.
+TEST(CliConventions, TheReadmesVerbTableMatchesEveryVerbsHelp) {
+  std::ifstream in(testing::source_path("README.md"));
+  std::map<std::string, std::set<std::string>> table;
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("## ", 0) == 0) inside = line == "## Every verb and flag";
+    if (!inside || line.rfind("| `", 0) != 0) continue;
+    const std::regex row(R"(^\| `([a-z]+)` \| (.*?) \| )");
+    std::smatch m;
+    if (!std::regex_search(line, m, row)) continue;
+    const std::string flags = m[2];
+    static const std::regex flag(R"(`(-[-a-z]+)`)");
+    for (std::sregex_iterator it(flags.begin(), flags.end(), flag), end; it != end; ++it) {
+      table[m[1]].insert((*it)[1]);
+    }
+    table[m[1]];  // a verb without flags still counts
+  }
+  ASSERT_GE(table.size(), 8u) << "the table's verbs";
+  for (const auto& [verb, flags] : table) {
+    const auto help = run_spikehunt(verb + " --help");
+    ASSERT_EQ(help.exit_code, 0) << verb << " is a verb\n" << help.output;
+    std::set<std::string> accepted;
+    std::istringstream lines(help.output.substr(help.output.find("Options:")));
+    for (std::string l; std::getline(lines, l);) {  // "  -j,--jobs INT=2   Bursts at once": the names column
+      if (l.rfind("  -", 0) != 0) continue;
+      std::istringstream names(l.substr(2, l.find(' ', 2) - 2));
+      for (std::string name; std::getline(names, name, ',');) accepted.insert(name);
+    }
+    accepted.erase("-h");
+    accepted.erase("--help");
+    accepted.erase("--shrink-budget");  // the old name, said beside the new one
+    EXPECT_EQ(flags, accepted) << "README's table and `spikehunt " << verb << " --help` differ";
+  }
 }
 
 TEST(Cli, AuditCountsNonFiniteValuesAndComparesPairs) {

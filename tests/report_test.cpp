@@ -80,7 +80,7 @@ TEST(Report, ASmallRealSweepRendersInChromiumWithEveryChartDrawn) {
   TempDir dir;
   testing::write_bytes(dir.file("space.json"), kSpace);
   const std::string out = dir.file("sweep");
-  const auto sweep = run_spikehunt("sweep --space " + dir.file("space.json") + " --runs 8 -j 2 --shrink-budget 20 --out " +
+  const auto sweep = run_spikehunt("sweep --space " + dir.file("space.json") + " --runs 8 -j 2 --shrink-bursts 20 --out " +
                                    out + " --no-progress");
   ASSERT_EQ(sweep.exit_code, 1) << sweep.output;  // lr 4 at sample 4 diverges
   EXPECT_TRUE(has(sweep.output, "report: " + out + "/report.html")) << sweep.output;
@@ -94,10 +94,14 @@ TEST(Report, ASmallRealSweepRendersInChromiumWithEveryChartDrawn) {
   for (std::string line; std::getline(trace, line);) EXPECT_EQ(json::parse(line)["step"], lines++);
   EXPECT_EQ(lines, repro.verdict.steps_run);
 
+  EXPECT_FALSE(fs::exists(out + "/work")) << "the children's scratch folder goes when empty";
   fs::remove(out + "/report.html");
   const auto r = run_spikehunt("report " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "8 runs, 1 failed, 1 distinct failure(s), 1 chart(s)")) << r.output;
+  for (const char* side : {"/sweep.db-wal", "/sweep.db-shm"}) {
+    EXPECT_FALSE(fs::exists(out + side)) << side << ": a read-only open leaves no files";
+  }
   const std::string html = read_file(out + "/report.html");
 
   // Self-contained: nothing fetched, the library inlined.

@@ -80,11 +80,11 @@ TEST(SweepEndToEnd, FindsShrinksAndReplaysAFailure) {
   const std::string space = write_space(dir);
   const std::string out = dir.file("sweep");
   const std::string command = "sweep --space " + space + " --runs 6 -j 2 --out " + out +
-                              " --no-progress --shrink-budget 25 --max-shrinks 1";
+                              " --no-progress --shrink-bursts 25 --max-shrinks 1";
   const auto r = run_spikehunt(command);
   ASSERT_EQ(r.exit_code, 1) << r.output;
   for (const char* part : {"6 runs, ", "95% Wilson interval", "optimizer.lr", "distinct failure", "minimal config",
-                           "replay: reproduced", "replay it: spikehunt replay", "TEST(TrainingStability"}) {
+                           "replay: reproduced", "replay it: " SPIKEHUNT_BINARY " replay", "TEST(TrainingStability"}) {
     EXPECT_TRUE(has(r.output, part)) << part << "\n" << r.output;
   }
   EXPECT_EQ(count_runs(out + "/sweep.db"), 6);
@@ -204,6 +204,25 @@ TEST(SweepEndToEnd, CrashingAndHangingChildrenBecomeVerdictsAndTheSweepGoesOn) {
   EXPECT_TRUE(has(text.str(), "timeout")) << text.str();
 }
 
+TEST(SweepEndToEnd, TheFirstSampleOfAFailureDoesNotDependOnTheJobCount) {
+  TempDir dir;
+  const std::string space = write_space(dir);
+  std::vector<std::string> firsts;
+  for (const char* jobs : {"1", "3"}) {
+    const auto r = run_spikehunt("sweep --space " + space + " --runs 8 --max-shrinks 0 --no-progress -j " + jobs +
+                                 " --out " + dir.file(std::string("j") + jobs));
+    ASSERT_EQ(r.exit_code, 1) << r.output;
+    std::string lines;
+    for (size_t at = r.output.find("(first: sample "); at != std::string::npos;
+         at = r.output.find("(first: sample ", at + 1)) {
+      lines += r.output.substr(at, r.output.find(')', at) - at) + ";";
+    }
+    firsts.push_back(lines);
+  }
+  EXPECT_FALSE(firsts[0].empty());
+  EXPECT_EQ(firsts[0], firsts[1]) << "the lowest sample index of each failure, with -j 1 and -j 3";
+}
+
 TEST(SweepEndToEnd, BadInputIsExitTwo) {
   TempDir dir;
   testing::write_bytes(dir.file("bad.json"), R"({"dimensions": {"optimizer.lr": {"log_range": [1, 0.1]}}})");
@@ -222,7 +241,8 @@ TEST(SweepEndToEnd, BadInputIsExitTwo) {
   ASSERT_NE(r.exit_code, 2) << r.output;
   r = run_spikehunt("sweep --space " + space + " --runs 1 --seed 5 --no-progress --out " + dir.file("s"));
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_TRUE(has(r.output, "sweep.db: seed = 0 belongs to a sweep with another seed")) << r.output;
+  EXPECT_TRUE(has(r.output, "sweep.db: holds a sweep with --seed 0, not --seed 5")) << r.output;
+  EXPECT_TRUE(has(r.output, "hint: resume with --seed 0")) << r.output;
   fs::create_directories(dir.file("junk"));
   testing::write_bytes(dir.file("junk/sweep.db"), std::string(4096, 'x'));
   r = run_spikehunt("sweep --space " + space + " --runs 1 --no-progress --out " + dir.file("junk"));
@@ -289,7 +309,7 @@ TEST(ShrinkEndToEnd, ShrinksAFailingConfigAndLeavesAHealthyOneAlone) {
   const TrainingConfig bad = default_config({"model.kind=mlp", "model.mlp_width=32", "dataset.synthetic_train_per_class=40", "batch_size=16",
                         "threads=1", "optimizer.lr=6", "seed=3", "max_batches_per_epoch=6"});
   save_config(bad, dir.file("bad.json"));
-  const auto r = run_spikehunt("shrink --config " + dir.file("bad.json") + " --space " + space + " -j 2 --budget 25 --out " +
+  const auto r = run_spikehunt("shrink --config " + dir.file("bad.json") + " --space " + space + " -j 2 --bursts 25 --out " +
                                dir.file("shrunk"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(has(r.output, "minimal config, as a diff from the original")) << r.output;
