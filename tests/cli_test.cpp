@@ -260,6 +260,31 @@ TEST(Cli, AuditCountsNonFiniteValuesAndComparesPairs) {
   EXPECT_TRUE(has(diff.output, "2 of 4 elements differ; largest |a - b| = inf")) << diff.output;
 }
 
+TEST(Cli, AnAllNanTensorHasNoLargestFiniteValue) {
+  TempDir dir;
+  write_checkpoint(dir.file("nan.safetensors"),
+                   {{"model.w", torch::full({3}, std::numeric_limits<float>::quiet_NaN())}}, {});
+  const auto a = run_spikehunt("audit " + dir.file("nan.safetensors"));
+  EXPECT_EQ(a.exit_code, 1);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(a.output, m, std::regex(R"(model\.w +F32 +\[3\] +3 +0 +0 +(\S+))"))) << a.output;
+  EXPECT_EQ(m[1], "none") << "not 0: no element is finite";
+}
+
+TEST(Cli, ReplayingFromACheckpointAtStepZeroSaysSo) {
+  TempDir out;
+  const auto r = run_spikehunt("run --set model.kind=mlp --set optimizer.kind=adam --set optimizer.lr=0.5 "
+                               "--set max_batches_per_epoch=3 --set dataset.synthetic_train_per_class=20 --out " +
+                               out.path());
+  ASSERT_EQ(r.exit_code, 1) << r.output;
+  ASSERT_TRUE(has(r.output, "onset      step 0 ")) << r.output;
+  const std::string repro = out.file(entries(out.path()).front()) + "/repro.json";
+  const auto rep = run_spikehunt("replay " + repro + " --from-checkpoint");
+  EXPECT_EQ(rep.exit_code, 0) << rep.output;
+  EXPECT_TRUE(has(rep.output, "from step 0 (its checkpoint: the onset is the first step, so it holds the initial state)"))
+      << rep.output;
+}
+
 TEST(Cli, AuditOfACorruptFileIsAClearErrorNotACrash) {
   TempDir dir;
   testing::write_bytes(dir.file("junk.safetensors"), "this is not a checkpoint at all");
