@@ -175,6 +175,8 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
       if (bad && !v.onset_step) {
         v.onset_step = r.step;
         v.onset_rules = r.rules;
+        v.onset_hits = r.hits;
+        v.movers = r.movers;
         v.outcome = Outcome::kExtreme;
         if (options.keep_states) {
           result.last_healthy = std::move(entering);

@@ -883,12 +883,13 @@ VitalSign monitor_health(const Watched& w) {
     v.evidence = "no extreme or non-finite step in " + std::to_string(r.steps_run) + " (the config's health rules)";
     return v;
   }
-  std::string rules;
-  for (const std::string& x : r.onset_rules) rules += (rules.empty() ? "" : ", ") + x;
+  const std::string rules = onset_rules_text(r);
   v.named = r.onset_rules;
   v.evidence = "step " + std::to_string(*r.onset_step) + " went " +
                (r.onset_rules.size() == 1 && r.onset_rules[0] == "non_finite" ? "non-finite" : "extreme") + ": " + rules;
   if (r.failure_step) v.evidence += "; non-finite at step " + std::to_string(*r.failure_step);
+  const std::string movers = describe_movers(r.movers, *r.onset_step);
+  if (!movers.empty()) v.evidence += "; moved first: " + movers;
   fail(v, kRankHealth, "the monitor flags step " + std::to_string(*r.onset_step) + " (" + rules + ")",
        "see `spikehunt run` on this config for the steps around it; the rules are under health.* in the config");
   return v;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace spikehunt {
 
@@ -28,25 +29,44 @@ void SpikeWindow::assign(const std::vector<double>& log_values) {
   while (values_.size() > capacity_) values_.pop_front();
 }
 
-nlohmann::json HealthJudge::state() const {
-  auto list = [](const SpikeWindow& w) { return std::vector<double>(w.values().begin(), w.values().end()); };
-  return {{"phase", phase_}, {"loss", list(loss_)}, {"grad_norm", list(grad_norm_)}, {"activation", list(activation_)}};
+double SigmaWindow::sigmas(double value) const {
+  if (values_.empty()) return 0;
+  const double n = double(values_.size());
+  const double mean = sum_ / n;
+  double var = 0;
+  for (double v : values_) var += (v - mean) * (v - mean);
+  const double sd = std::max(std::sqrt(var / n), kMinRelativeStd * std::fabs(mean));
+  return sd > 0 ? (value - mean) / sd : 0;
 }
 
-void HealthJudge::restore(const nlohmann::json& state) {
-  phase_ = state.at("phase").get<int64_t>();
-  loss_.assign(state.at("loss").get<std::vector<double>>());
-  grad_norm_.assign(state.at("grad_norm").get<std::vector<double>>());
-  activation_.assign(state.at("activation").get<std::vector<double>>());
+void SigmaWindow::add(double value) {
+  values_.push_back(value);
+  sum_ += value;
+  if (values_.size() > capacity_) {
+    sum_ -= values_.front();
+    values_.pop_front();
+  }
 }
 
-HealthJudge::HealthJudge(const HealthRules& rules)
-    : rules_(rules),
-      loss_(size_t(rules.window)),
-      grad_norm_(size_t(rules.window)),
-      activation_(size_t(rules.window)) {}
+void SigmaWindow::assign(const std::vector<double>& values) {
+  clear();
+  for (double v : values) add(v);
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + long(mid), v.end());
+  return v[mid];
+}
 
 namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kGrowthRules[] = {"loss_growth", "grad_norm_growth", "max_grad_growth",
+                                        "optimizer_state_growth", "activation_growth"};
+constexpr size_t kGrowthQuantities = sizeof(kGrowthRules) / sizeof(kGrowthRules[0]);
 
 bool all_finite(const StepRecord& r) {
   auto ok = [](double v) { return std::isfinite(v); };
@@ -66,52 +86,241 @@ bool all_finite(const StepRecord& r) {
   return true;
 }
 
+json numbers(const std::vector<double>& v) {
+  json a = json::array();
+  for (double x : v) a.push_back(number(x));
+  return a;
+}
+
+std::vector<double> numbers_from(const json& a) {
+  std::vector<double> v;
+  for (const json& x : a) v.push_back(number_from(x));
+  return v;
+}
+
 }  // namespace
+
+HealthJudge::HealthJudge(const HealthRules& rules, int64_t classes)
+    : rules_(rules),
+      classes_(classes),
+      loss_(size_t(rules.window)),
+      grad_norm_(size_t(rules.window)),
+      activation_(size_t(rules.window)),
+      loss_sigma_(size_t(rules.sigma_window)),
+      grad_norm_sigma_(size_t(rules.sigma_window)),
+      growth_(kGrowthQuantities) {}
+
+json HealthJudge::state() const {
+  auto list = [](const SpikeWindow& w) { return std::vector<double>(w.values().begin(), w.values().end()); };
+  json growth = json::array();
+  for (const GrowthRun& g : growth_) {
+    growth.push_back({{"last", number(g.last)}, {"factors", numbers({g.factors.begin(), g.factors.end()})}});
+  }
+  json rows = json::array();
+  for (const auto& [step, values] : history_) rows.push_back({{"step", step}, {"values", numbers(values)}});
+  return {{"phase", phase_},
+          {"loss", list(loss_)},
+          {"grad_norm", list(grad_norm_)},
+          {"activation", list(activation_)},
+          {"loss_sigma", loss_sigma_.values()},
+          {"grad_norm_sigma", grad_norm_sigma_.values()},
+          {"growth", growth},
+          {"phase_steps", phase_steps_},
+          {"onset_seen", onset_seen_},
+          {"series", series_},
+          {"history", rows}};
+}
+
+// Checkpoints written before the growth, sigma and attribution state existed
+// restore with those empty.
+void HealthJudge::restore(const json& state) {
+  phase_ = state.at("phase").get<int64_t>();
+  loss_.assign(state.at("loss").get<std::vector<double>>());
+  grad_norm_.assign(state.at("grad_norm").get<std::vector<double>>());
+  activation_.assign(state.at("activation").get<std::vector<double>>());
+  loss_sigma_.assign(state.value("loss_sigma", std::vector<double>{}));
+  grad_norm_sigma_.assign(state.value("grad_norm_sigma", std::vector<double>{}));
+  growth_.assign(kGrowthQuantities, GrowthRun{});
+  const json growth = state.value("growth", json::array());
+  for (size_t i = 0; i < growth.size() && i < growth_.size(); ++i) {
+    growth_[i].last = number_from(growth[i].at("last"));
+    const std::vector<double> f = numbers_from(growth[i].at("factors"));
+    growth_[i].factors.assign(f.begin(), f.end());
+  }
+  phase_steps_ = state.value("phase_steps", int64_t{0});
+  onset_seen_ = state.value("onset_seen", false);
+  series_ = state.value("series", std::vector<std::string>{});
+  history_.clear();
+  for (const json& row : state.value("history", json::array())) {
+    history_.emplace_back(row.at("step").get<int64_t>(), numbers_from(row.at("values")));
+  }
+}
+
+void HealthJudge::start_phase(int64_t phase) {
+  phase_ = phase;
+  phase_steps_ = 0;
+  loss_.clear();
+  grad_norm_.clear();
+  activation_.clear();
+  loss_sigma_.clear();
+  grad_norm_sigma_.clear();
+  growth_.assign(kGrowthQuantities, GrowthRun{});
+}
+
+void HealthJudge::fire(StepRecord& r, const char* rule, double value, double threshold, double quantity) {
+  r.rules.push_back(rule);
+  r.hits.push_back({rule, value, threshold, quantity});
+}
+
+// Taps in forward order, then each parameter's gradient, update and state.
+std::vector<double> HealthJudge::series_values(const StepRecord& r) {
+  std::vector<std::string> names;
+  std::vector<double> values;
+  for (const TapStats& t : r.taps) {
+    names.push_back(t.name + "\tactivation");
+    values.push_back(t.max_abs);
+  }
+  for (const LayerStats& l : r.layers) {
+    names.push_back(l.name + "\tgradient");
+    values.push_back(l.grad_norm);
+    names.push_back(l.name + "\tupdate");
+    values.push_back(std::fabs(l.param_norm_after - l.param_norm_before));
+    names.push_back(l.name + "\toptimizer state");
+    values.push_back(l.state_max);
+  }
+  if (names != series_) {  // another set of tensors (never within one scenario): start again
+    series_ = std::move(names);
+    history_.clear();
+  }
+  return values;
+}
+
+std::vector<Mover> HealthJudge::attribute(const StepRecord& r, const std::vector<double>& now) const {
+  const size_t window = size_t(rules_.window);
+  std::vector<Mover> movers;
+  for (size_t i = 0; i < series_.size() && i < now.size(); ++i) {
+    std::vector<double> hist;  // oldest first
+    std::vector<int64_t> steps;
+    for (const auto& [step, values] : history_) {
+      if (i < values.size()) {
+        hist.push_back(values[i]);
+        steps.push_back(step);
+      }
+    }
+    // The climb is the run of steps at ≥ kClimbFactor × the median of the
+    // window before it, ending at the onset; the baseline moves back with it.
+    const size_t end = hist.size();
+    size_t start = end;
+    double base = 0;
+    for (int iteration = 0; iteration < 4; ++iteration) {
+      std::vector<double> before;
+      for (size_t k = start > window ? start - window : 0; k < start; ++k) {
+        if (std::isfinite(hist[k]) && hist[k] > 0) before.push_back(hist[k]);
+      }
+      if (before.size() < 3) break;
+      base = median_of(before);
+      size_t s = end;
+      while (s > 0 && std::isfinite(hist[s - 1]) && hist[s - 1] >= kClimbFactor * base) --s;
+      if (s == start) break;
+      start = s;
+    }
+    const double value = now[i];
+    const bool finite = std::isfinite(value);
+    if (finite && !(base > 0)) continue;
+    const double ratio = finite ? value / base : std::numeric_limits<double>::infinity();
+    if (!(ratio >= kClimbFactor)) continue;
+    const size_t tab = series_[i].find('\t');
+    movers.push_back({series_[i].substr(0, tab), series_[i].substr(tab + 1), ratio, value, base,
+                      start < end ? steps[start] : r.step});
+  }
+  std::stable_sort(movers.begin(), movers.end(), [](const Mover& a, const Mover& b) {
+    if (a.since != b.since) return a.since < b.since;
+    return a.ratio > b.ratio;
+  });
+  if (movers.size() > kMaxMovers) movers.resize(kMaxMovers);
+  return movers;
+}
 
 void HealthJudge::judge(StepRecord& r) {
   r.rules.clear();
-  if (r.phase != phase_) {
-    phase_ = r.phase;
-    loss_.clear();
-    grad_norm_.clear();
-    activation_.clear();
-  }
-  if (r.fault || !all_finite(r)) {
-    r.health = Health::kNonFinite;
-    r.rules.push_back("non_finite");
-    return;
-  }
+  r.hits.clear();
+  r.movers.clear();
+  if (r.phase != phase_) start_phase(r.phase);
+  const std::vector<double> series = series_values(r);
   const HealthRules& h = rules_;
-  auto limit = [&](const char* name, double value, double lim) {
-    if (lim > 0 && value > lim) r.rules.push_back(name);
-  };
-  limit("loss_limit", r.loss, h.loss_limit);
-  limit("grad_norm_limit", r.grad_norm, h.grad_norm_limit);
-  limit("max_grad_limit", r.grad_max, h.max_grad_limit);
-  limit("activation_limit", r.activation_max, h.activation_limit);
-  limit("optimizer_state_limit", r.state_max, h.optimizer_state_limit);
-  if (h.param_jump_limit > 0) {
-    for (const LayerStats& l : r.layers) {
-      if (!l.is_weight || !(l.param_norm_before > 0)) continue;
-      const double jump = std::fabs(l.param_norm_after - l.param_norm_before) / l.param_norm_before;
-      if (jump > h.param_jump_limit) {
-        r.rules.push_back("param_jump_limit");
-        break;
+  const bool finite = !r.fault && all_finite(r);
+  if (!finite) {
+    fire(r, "non_finite", 0, 0, 0);
+  } else {
+    auto limit = [&](const char* name, double value, double lim) {
+      if (lim > 0 && value > lim) fire(r, name, value, lim, value);
+    };
+    limit("loss_limit", r.loss, h.loss_limit);
+    limit("grad_norm_limit", r.grad_norm, h.grad_norm_limit);
+    limit("max_grad_limit", r.grad_max, h.max_grad_limit);
+    limit("activation_limit", r.activation_max, h.activation_limit);
+    limit("optimizer_state_limit", r.state_max, h.optimizer_state_limit);
+    if (h.param_jump_limit > 0) {
+      double worst = 0;
+      for (const LayerStats& l : r.layers) {
+        if (!l.is_weight || !(l.param_norm_before > 0)) continue;
+        worst = std::max(worst, std::fabs(l.param_norm_after - l.param_norm_before) / l.param_norm_before);
+      }
+      if (worst > h.param_jump_limit) fire(r, "param_jump_limit", worst, h.param_jump_limit, worst);
+    }
+    auto spike = [&](const char* name, SpikeWindow& w, double value, double floor) {
+      if (h.spike_z <= 0 || !w.full() || !(value > floor)) return;
+      const double z = w.z(value);
+      if (z > h.spike_z) fire(r, name, z, h.spike_z, value);
+    };
+    spike("loss_spike", loss_, r.loss, h.loss_spike_floor);
+    spike("grad_norm_spike", grad_norm_, r.grad_norm, h.grad_norm_spike_floor);
+    spike("activation_spike", activation_, r.activation_max, h.activation_spike_floor);
+
+    const double growth_values[kGrowthQuantities] = {r.loss, r.grad_norm, r.grad_max, r.state_max, r.activation_max};
+    const double growth_floors[kGrowthQuantities] = {h.loss_growth_floor, h.grad_norm_growth_floor,
+                                                     h.max_grad_growth_floor, h.optimizer_state_growth_floor,
+                                                     h.activation_growth_floor};
+    for (size_t q = 0; q < kGrowthQuantities; ++q) {
+      GrowthRun& g = growth_[q];
+      const double x = growth_values[q];
+      if (h.growth_ratio > 0 && g.last > 0 && x >= h.growth_ratio * g.last) {
+        g.factors.push_back(x / g.last);
+        while (g.factors.size() > size_t(h.growth_steps)) g.factors.pop_front();
+      } else {
+        g.factors.clear();
+      }
+      g.last = x;
+      if (h.growth_ratio > 0 && g.factors.size() >= size_t(h.growth_steps) && x > growth_floors[q]) {
+        fire(r, kGrowthRules[q], *std::min_element(g.factors.begin(), g.factors.end()), h.growth_ratio, x);
       }
     }
+    if (h.chance_loss_factor > 0 && classes_ >= 2 && phase_steps_ >= h.chance_loss_after) {
+      const double chance = h.chance_loss_factor * std::log(double(classes_));
+      if (r.loss > chance) fire(r, "chance_loss", r.loss, chance, r.loss);
+    }
+    auto sigma = [&](const char* name, SigmaWindow& w, double value, double floor) {
+      if (h.sigma <= 0 || !w.full() || !(value > floor)) return;
+      const double s = w.sigmas(value);
+      if (s > h.sigma) fire(r, name, s, h.sigma, value);
+    };
+    sigma("loss_sigma", loss_sigma_, r.loss, h.loss_sigma_floor);
+    sigma("grad_norm_sigma", grad_norm_sigma_, r.grad_norm, h.grad_norm_sigma_floor);
   }
-  auto spike = [&](const char* name, SpikeWindow& w, double value, double floor) {
-    if (h.spike_z > 0 && w.full() && value > floor && w.z(value) > h.spike_z) r.rules.push_back(name);
-  };
-  spike("loss_spike", loss_, r.loss, h.loss_spike_floor);
-  spike("grad_norm_spike", grad_norm_, r.grad_norm, h.grad_norm_spike_floor);
-  spike("activation_spike", activation_, r.activation_max, h.activation_spike_floor);
-
-  r.health = r.rules.empty() ? Health::kFinite : Health::kExtreme;
+  r.health = !finite ? Health::kNonFinite : r.rules.empty() ? Health::kFinite : Health::kExtreme;
+  if (r.health != Health::kFinite && !onset_seen_) {
+    onset_seen_ = true;
+    r.movers = attribute(r, series);
+  }
+  history_.emplace_back(r.step, series);
+  while (history_.size() > 2 * size_t(h.window)) history_.pop_front();
+  ++phase_steps_;
   if (r.health == Health::kFinite) {
     loss_.add(r.loss);
     grad_norm_.add(r.grad_norm);
     activation_.add(r.activation_max);
+    loss_sigma_.add(r.loss);
+    grad_norm_sigma_.add(r.grad_norm);
   }
 }
 

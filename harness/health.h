@@ -1,5 +1,6 @@
 // health.h — classifies a step as finite, extreme or non_finite from its
-// statistics, with named rules (see HealthRules in scenarios/config.h):
+// statistics, with named rules (see HealthRules in scenarios/config.h), and
+// names the layer that moved first at the onset.
 //   non_finite             any statistic is NaN or ±Inf
 //   loss_limit             loss > limit
 //   grad_norm_limit        global grad norm > limit
@@ -11,15 +12,31 @@
 //   loss_spike, grad_norm_spike, activation_spike
 //                          z-score of log10(value) against the trailing window
 //                          > spike_z, and value > the rule's floor
-// Spike windows hold only finite, non-extreme steps of the current protocol
-// phase (a new domain is a new regime: the windows restart at each phase
-// boundary) and stay silent until full.
+//   loss_growth, grad_norm_growth, max_grad_growth, optimizer_state_growth,
+//   activation_growth      the value multiplied by ≥ growth_ratio on each of
+//                          growth_steps consecutive steps, and above its floor
+//   chance_loss            loss > chance_loss_factor × ln(classes), after
+//                          chance_loss_after steps of the phase
+//   loss_sigma, grad_norm_sigma
+//                          value > mean + sigma × std of the last sigma_window
+//                          steps (raw values, OLMo's form), above its floor
+// Windows hold only finite, non-extreme steps; every rule with a memory
+// starts again at each protocol phase boundary (a new domain is a new
+// regime), and windowed rules stay silent until full.
+//
+// Onset attribution: the judge keeps each per-layer statistic (a
+// parameter's gradient norm, its update |Δ‖θ‖|, its optimizer state max, and
+// each tap's activation max) for the last 2 × window steps, across phases. At
+// its first bad step it ranks those that stand ≥ kClimbFactor × their
+// trailing median by the first step of their climb, then by how far they
+// stand: the first is the first mover (StepRecord::movers).
 // Example:
-//   HealthJudge judge(config.health);
-//   judge.judge(record);   // sets record.health and record.rules
+//   HealthJudge judge(config.health, scenario.num_classes());
+//   judge.judge(record);   // sets record.health, rules, hits (and movers at the onset)
 #pragma once
 
 #include <deque>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +49,15 @@ namespace spikehunt {
 // The spread of a window is at least this many decades, so a flat window
 // does not turn a 2x move into a spike.
 constexpr double kMinLogStd = 0.1;
+// A sigma window's standard deviation is at least this fraction of its mean.
+constexpr double kMinRelativeStd = 0.01;
+// A statistic "climbs" while it stands at least this many times its trailing median.
+constexpr double kClimbFactor = 2.0;
+// Movers kept in a record and a verdict.
+constexpr size_t kMaxMovers = 8;
+
+// The upper median (0 for none).
+double median_of(std::vector<double> v);
 
 // A trailing window of log10 magnitudes with its z-score.
 class SpikeWindow {
@@ -50,20 +76,59 @@ class SpikeWindow {
   std::deque<double> values_;  // log10 of positive values
 };
 
+// A trailing window of raw values: how many standard deviations above the
+// mean a value stands (OLMo's loss and gradient-norm spike count).
+class SigmaWindow {
+ public:
+  explicit SigmaWindow(size_t capacity) : capacity_(capacity) {}
+  bool full() const { return values_.size() >= capacity_; }
+  double sigmas(double value) const;
+  void add(double value);
+  void clear() { values_.clear(); sum_ = 0; }
+  std::vector<double> values() const { return {values_.begin(), values_.end()}; }
+  void assign(const std::vector<double>& values);
+
+ private:
+  size_t capacity_;
+  std::deque<double> values_;
+  double sum_ = 0;
+};
+
+// The current run of per-step growth of one quantity.
+struct GrowthRun {
+  double last = 0;              // the previous step's value (0: none yet)
+  std::deque<double> factors;   // the latest consecutive factors ≥ the ratio, at most growth_steps
+};
+
 class HealthJudge {
  public:
-  explicit HealthJudge(const HealthRules& rules);
+  // `classes`: the scenario's number of classes (chance_loss; < 2 turns it off).
+  explicit HealthJudge(const HealthRules& rules, int64_t classes = 0);
   void judge(StepRecord& r);
 
-  // The phase and windows, for checkpoints: a judge restored from them judges
-  // the next steps exactly as the original would have.
+  // The phase, windows, growth runs and attribution history, for
+  // checkpoints: a judge restored from them judges the next steps exactly as
+  // the original would have.
   nlohmann::json state() const;
   void restore(const nlohmann::json& state);
 
  private:
+  void fire(StepRecord& r, const char* rule, double value, double threshold, double quantity);
+  void start_phase(int64_t phase);
+  std::vector<double> series_values(const StepRecord& r);
+  std::vector<Mover> attribute(const StepRecord& r, const std::vector<double>& now) const;
+
   HealthRules rules_;
+  int64_t classes_;
   SpikeWindow loss_, grad_norm_, activation_;
-  int64_t phase_ = -1;  // the phase the windows describe
+  SigmaWindow loss_sigma_, grad_norm_sigma_;
+  std::vector<GrowthRun> growth_;  // loss, grad norm, max grad, optimizer state, activation
+  int64_t phase_ = -1;             // the phase the windows describe
+  int64_t phase_steps_ = 0;        // steps judged in it
+  bool onset_seen_ = false;
+  // Onset attribution: "tensor\tquantity" per series, and the latest rows.
+  std::vector<std::string> series_;
+  std::deque<std::pair<int64_t, std::vector<double>>> history_;
 };
 
 }  // namespace spikehunt

@@ -80,7 +80,7 @@ TensorSummary summarize(const torch::Tensor& t) {
 // ---- the monitor ----
 
 Monitor::Monitor(Scenario& scenario, const HealthRules& rules)
-    : scenario_(scenario), optimizers_(scenario.optimizers()), phase_names_(scenario.phase_names()), judge_(rules) {
+    : scenario_(scenario), optimizers_(scenario.optimizers()), phase_names_(scenario.phase_names()), judge_(rules, scenario.num_classes()) {
   // Every group of every optimizer, in order (also a group without parameters).
   std::map<std::pair<int, int>, int> group_index;
   for (size_t o = 0; o < optimizers_.size(); ++o) {

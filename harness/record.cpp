@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <climits>
+#include <cstdio>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -71,10 +72,68 @@ json to_json(const Fault& f) {
           {"pos_inf", f.pos_inf}, {"neg_inf", f.neg_inf},       {"numel", f.numel}};
 }
 
+namespace {
+
+// 3 significant digits, no exponent for ordinary magnitudes: 67.5, 0.0123, 4.2e+18.
+std::string short_number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Inf" : "-Inf";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+std::string RuleHit::describe() const {
+  const std::string q = " (value " + short_number(quantity) + ")";
+  if (rule == "non_finite") return rule;
+  if (ends_with(rule, "_growth")) {
+    return rule + " ×" + short_number(value) + "/step ≥ ×" + short_number(threshold) + q;
+  }
+  if (ends_with(rule, "_spike")) return rule + " z " + short_number(value) + " > " + short_number(threshold) + q;
+  if (ends_with(rule, "_sigma")) return rule + " " + short_number(value) + "σ > " + short_number(threshold) + "σ" + q;
+  if (rule == "param_jump_limit") return rule + " " + short_number(value) + " > " + short_number(threshold);
+  return rule + " " + short_number(value) + " > " + short_number(threshold);
+}
+
+std::string describe_movers(const std::vector<Mover>& movers, int64_t onset, size_t max_named) {
+  std::string s;
+  for (size_t i = 0; i < movers.size() && i < max_named; ++i) {
+    const Mover& m = movers[i];
+    const int64_t before = onset - m.since;
+    const std::string ratio = std::isinf(m.ratio) ? "non-finite" : short_number(m.ratio) + "×";
+    const std::string ahead = std::to_string(before) + (before == 1 ? " step" : " steps") + " before the onset";
+    if (i == 0) {
+      s = m.tensor + " " + m.quantity + " " + (std::isinf(m.ratio) ? "non-finite" : ratio + " its trailing median") +
+          (before == 0 ? " at the onset" : ", climbing since step " + std::to_string(m.since) + " (" + ahead + ")");
+    } else {
+      s += ", then " + m.tensor + " " + m.quantity + " (" + ratio + ", " +
+           (before == 0 ? "at the onset" : "since step " + std::to_string(m.since) + ", " + ahead) + ")";
+    }
+  }
+  return s;
+}
+
+json to_json(const RuleHit& h) {
+  return {{"rule", h.rule}, {"value", number(h.value)}, {"threshold", number(h.threshold)},
+          {"quantity", number(h.quantity)}};
+}
+
+json to_json(const Mover& m) {
+  return {{"tensor", m.tensor}, {"quantity", m.quantity}, {"ratio", number(m.ratio)},
+          {"value", number(m.value)}, {"baseline", number(m.baseline)}, {"since", m.since}};
+}
+
 json to_json(const StepRecord& r) {
   json layers = json::array();
   for (const LayerStats& l : r.layers) {
     layers.push_back({{"name", l.name},
+                      {"is_weight", l.is_weight},
                       {"grad_norm", number(l.grad_norm)},
                       {"grad_max", number(l.grad_max)},
                       {"param_norm_before", number(l.param_norm_before)},
@@ -86,6 +145,7 @@ json to_json(const StepRecord& r) {
   for (const TapStats& t : r.taps) taps[t.name] = number(t.max_abs);
   json j = {{"step", r.step},
             {"phase", r.phase_name},
+            {"phase_index", r.phase},
             {"epoch", r.epoch},
             {"batch", r.batch},
             {"loss", number(r.loss)},
@@ -108,6 +168,14 @@ json to_json(const StepRecord& r) {
             {"rules", r.rules},
             {"step_ms", r.step_ms}};
   if (r.fault) j["fault"] = to_json(*r.fault);
+  if (!r.hits.empty()) {
+    j["hits"] = json::array();
+    for (const RuleHit& h : r.hits) j["hits"].push_back(to_json(h));
+  }
+  if (!r.movers.empty()) {
+    j["movers"] = json::array();
+    for (const Mover& m : r.movers) j["movers"].push_back(to_json(m));
+  }
   if (r.micro_batches != 1) j["micro_batches"] = r.micro_batches;
   if (r.groups.size() > 1) {
     json groups = json::array();
@@ -160,7 +228,81 @@ constexpr std::array<Stage, 4> kStages = {Stage::kForward, Stage::kLoss, Stage::
 constexpr std::array<Outcome, 5> kOutcomes = {Outcome::kHealthy, Outcome::kExtreme, Outcome::kNonFinite,
                                               Outcome::kCrashed, Outcome::kTimeout};
 
+std::vector<RuleHit> hits_from(const json& a) {
+  std::vector<RuleHit> out;
+  for (const json& h : a) {
+    out.push_back({h.at("rule").get<std::string>(), number_from(h.at("value")), number_from(h.at("threshold")),
+                   number_from(h.at("quantity"))});
+  }
+  return out;
+}
+
+std::vector<Mover> movers_from(const json& a) {
+  std::vector<Mover> out;
+  for (const json& m : a) {
+    out.push_back({m.at("tensor").get<std::string>(), m.at("quantity").get<std::string>(), number_from(m.at("ratio")),
+                   number_from(m.at("value")), number_from(m.at("baseline")), m.at("since").get<int64_t>()});
+  }
+  return out;
+}
+
 }  // namespace
+
+StepRecord step_record_from_json(const json& j, const std::string& file) {
+  try {
+    StepRecord r;
+    r.step = j.at("step").get<int64_t>();
+    r.phase_name = j.at("phase").get<std::string>();
+    r.phase = j.value("phase_index", int64_t{0});
+    r.epoch = j.at("epoch").get<int64_t>();
+    r.batch = j.at("batch").get<int64_t>();
+    auto num = [&](const json& o, const char* k) { return number_from(o.at(k)); };
+    r.loss = num(j, "loss");
+    r.grad_norm = num(j, "grad_norm");
+    r.grad_max = num(j, "grad_max");
+    r.param_norm_before = num(j, "param_norm_before");
+    r.param_norm_after = num(j, "param_norm_after");
+    r.state_norm = num(j, "state_norm");
+    r.state_max = num(j, "state_max");
+    r.input_max = num(j, "input_max");
+    r.output_max = j.contains("output_max") ? num(j, "output_max") : 0.0;
+    r.activation_max = num(j, "activation_max");
+    r.lr = j.contains("lr") ? num(j, "lr") : 0.0;
+    r.micro_batches = j.value("micro_batches", int64_t{1});
+    for (const auto& [name, v] : j.at("activations").items()) r.taps.push_back({name, number_from(v)});
+    for (const json& l : j.at("layers")) {
+      LayerStats s;
+      s.name = l.at("name").get<std::string>();
+      s.is_weight = l.value("is_weight", false);
+      s.grad_norm = num(l, "grad_norm");
+      s.grad_max = num(l, "grad_max");
+      s.param_norm_before = num(l, "param_norm_before");
+      s.param_norm_after = num(l, "param_norm_after");
+      s.state_norm = num(l, "state_norm");
+      s.state_max = num(l, "state_max");
+      r.layers.push_back(s);
+    }
+    r.input_hash = hash_from(j.at("input_hash"), "input_hash", file);
+    r.label_hash = hash_from(j.at("label_hash"), "label_hash", file);
+    r.label_histogram = j.value("label_histogram", std::vector<int64_t>{});
+    r.health = enum_from(j.at("health"), std::array<Health, 3>{Health::kFinite, Health::kExtreme, Health::kNonFinite},
+                         "health", file);
+    r.rules = j.value("rules", std::vector<std::string>{});
+    r.hits = hits_from(j.value("hits", json::array()));
+    r.movers = movers_from(j.value("movers", json::array()));
+    if (j.contains("fault")) {
+      const json& f = j.at("fault");
+      r.fault = Fault{f.at("tensor").get<std::string>(), enum_from(f.at("stage"), kStages, "fault.stage", file),
+                      f.at("nan").get<int64_t>(), f.at("pos_inf").get<int64_t>(), f.at("neg_inf").get<int64_t>(),
+                      f.at("numel").get<int64_t>()};
+    }
+    r.step_ms = j.value("step_ms", 0.0);
+    return r;
+  } catch (const json::exception& e) {
+    throw InputError(file, "step", j.is_object() && j.contains("step") ? j["step"].dump() : "",
+                     std::string("is not a trace record: ") + e.what());
+  }
+}
 
 std::string failure_class(const Verdict& v) {
   switch (v.outcome) {
@@ -198,6 +340,8 @@ Verdict verdict_from_json(const json& j, const std::string& file) {
     v.message = j.at("message").get<std::string>();
     v.crash_stage = j.value("stage", std::string());
     v.crash_cause = j.value("cause", std::string());
+    v.onset_hits = hits_from(j.value("onset_hits", json::array()));
+    v.movers = movers_from(j.value("movers", json::array()));
     return v;
   } catch (const json::exception& e) {
     throw InputError(file, "verdict", "", std::string("is malformed: ") + e.what());
@@ -250,6 +394,15 @@ json to_json(const Verdict& v) {
           {"wall_seconds", v.wall_seconds},
           {"hash_chain", v.hash_chain.hex()},
           {"message", v.message}};
+  if (!v.onset_hits.empty()) {
+    j["onset_hits"] = json::array();
+    for (const RuleHit& h : v.onset_hits) j["onset_hits"].push_back(to_json(h));
+  }
+  if (!v.movers.empty()) {
+    j["movers"] = json::array();
+    for (const Mover& m : v.movers) j["movers"].push_back(to_json(m));
+    if (v.onset_step) j["first_mover"] = describe_movers(v.movers, *v.onset_step);
+  }
   if (!v.crash_stage.empty()) j["stage"] = v.crash_stage;
   if (!v.crash_cause.empty()) j["cause"] = v.crash_cause;
   return j;

@@ -54,6 +54,32 @@ struct GroupStats {
   double state_max = 0;   // max |state element| in the group
 };
 
+// One health rule that fired, with what it compared: `value` against
+// `threshold` in the rule's own terms (a limit: the statistic and its limit;
+// a spike: the z-score and spike_z; a growth rule: the smallest per-step
+// factor of the run and growth_ratio; sigma: the sigmas above the mean and
+// sigma; chance: the loss and factor × ln(classes); param_jump: the largest
+// jump and its limit), and `quantity`, the statistic itself.
+struct RuleHit {
+  std::string rule;
+  double value = 0;
+  double threshold = 0;
+  double quantity = 0;
+  std::string describe() const;  // "grad_norm_growth ×1.52/step ≥ ×1.5 (grad norm 67.5)"
+};
+
+// A per-layer statistic that climbed before the onset (HealthJudge's onset
+// attribution): how far it stood above its trailing median at the onset
+// step, and the first step of its climb.
+struct Mover {
+  std::string tensor;    // a parameter ("fc1.weight") or a tap ("fc1_act")
+  std::string quantity;  // "gradient" | "update" | "optimizer state" | "activation"
+  double ratio = 0;      // value at the onset / trailing median (inf: non-finite at the onset)
+  double value = 0;      // the value at the onset step
+  double baseline = 0;   // the trailing median before the climb
+  int64_t since = 0;     // the first step of the climb (≤ the onset step)
+};
+
 struct TapStats {
   std::string name;  // e.g. "fc1_act"
   double max_abs = 0;
@@ -85,6 +111,8 @@ struct StepRecord {
   std::vector<int64_t> label_histogram;  // count per class in this batch
   Health health = Health::kFinite;
   std::vector<std::string> rules;  // health rules that fired
+  std::vector<RuleHit> hits;       // the same rules with their values and thresholds
+  std::vector<Mover> movers;       // on the judge's first bad step: what moved first, ranked
   std::optional<Fault> fault;      // set on the first non-finite step
   double step_ms = 0;              // wall time of the step, monitor included
 };
@@ -94,6 +122,8 @@ struct Verdict {
   std::optional<int64_t> onset_step;    // first extreme (or non-finite) step
   std::optional<int64_t> failure_step;  // first non-finite step
   std::vector<std::string> onset_rules; // rules that fired at the onset
+  std::vector<RuleHit> onset_hits;      // ... with their values against their thresholds
+  std::vector<Mover> movers;            // the layers that moved first, ranked (first mover first)
   std::optional<Fault> fault;
   int64_t steps_run = 0;
   int64_t planned_steps = 0;
@@ -127,13 +157,23 @@ struct BurstSummary {
 // A summary with `first` taken from the step hashes (empty: no step ran).
 BurstSummary summary_of(Verdict verdict, std::vector<StepHashes> step_hashes);
 
+// "fc1.weight gradient 40× its trailing median, climbing since step 38 (2
+// steps before the onset), then fc1_act activation (12×, since step 39), ..."
+// ("" when nothing climbed). `onset` is the onset step.
+std::string describe_movers(const std::vector<Mover>& movers, int64_t onset, size_t max_named = 3);
+
 nlohmann::json to_json(const Fault& f);
+nlohmann::json to_json(const RuleHit& h);
+nlohmann::json to_json(const Mover& m);
 nlohmann::json to_json(const StepRecord& r);
 nlohmann::json to_json(const Verdict& v);
 nlohmann::json to_json(const BurstSummary& s);
 // Strict readers; throw InputError naming `file` and the field.
 int64_t json_integer(const nlohmann::json& v, const std::string& field, const std::string& file);
 Verdict verdict_from_json(const nlohmann::json& j, const std::string& file);
+// A trace.jsonl line back into a StepRecord (every statistic the judge
+// reads; tap order is the line's). Throws InputError naming `file`.
+StepRecord step_record_from_json(const nlohmann::json& j, const std::string& file);
 BurstSummary summary_from_json(const nlohmann::json& j, const std::string& file);
 
 // "" for a healthy verdict, else its failure class: "non_finite:<stage>",

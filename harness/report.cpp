@@ -71,6 +71,16 @@ std::string story_table(const Trace& trace, const Verdict& v) {
   return out;
 }
 
+std::string onset_rules_text(const Verdict& v) {
+  std::string text;
+  if (v.onset_hits.empty()) {  // a verdict from before rule values were kept
+    for (const std::string& r : v.onset_rules) text += (text.empty() ? "" : ", ") + r;
+    return text;
+  }
+  for (const RuleHit& h : v.onset_hits) text += (text.empty() ? "" : ", ") + h.describe();
+  return text;
+}
+
 std::string verdict_text(const Verdict& v, const Trace& trace) {
   auto where = [&](int64_t step) {
     const StepRecord* r = trace.find(step);
@@ -83,11 +93,11 @@ std::string verdict_text(const Verdict& v, const Trace& trace) {
                 static_cast<long long>(v.steps_run), static_cast<long long>(v.planned_steps), v.wall_seconds);
   std::string out = head;
   if (v.onset_step) {
-    std::string rules;
-    for (const std::string& r : v.onset_rules) rules += (rules.empty() ? "" : ", ") + r;
     out += "  onset      step " + std::to_string(*v.onset_step) + where(*v.onset_step) + ", first " +
            (v.onset_rules.size() == 1 && v.onset_rules[0] == "non_finite" ? "non-finite" : "extreme") +
-           " step: " + rules + "\n";
+           " step: " + onset_rules_text(v) + "\n";
+    const std::string movers = describe_movers(v.movers, *v.onset_step);
+    if (!movers.empty()) out += "  moved first " + movers + "\n";
   }
   if (v.failure_step) {
     out += "  failure    step " + std::to_string(*v.failure_step) + where(*v.failure_step) +

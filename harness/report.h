@@ -19,6 +19,9 @@ std::string fmt(double v);
 // without an onset, the last steps.
 std::vector<const StepRecord*> story_rows(const Trace& trace, const Verdict& v, size_t context = 3);
 std::string story_table(const Trace& trace, const Verdict& v);
+// The rules that fired at the onset with their values against their thresholds
+// ("grad_norm_growth ×1.6/step ≥ ×1.5 (value 67.5), grad_norm_limit 120 > 100").
+std::string onset_rules_text(const Verdict& v);
 std::string verdict_text(const Verdict& v, const Trace& trace);
 
 }  // namespace spikehunt

@@ -65,12 +65,13 @@ struct DatasetConfig {
   int64_t synthetic_test_per_class = 100;   // synthetic: held-out images per class, [1, 100000]
 };
 
-// The health rules. Each rule is named after its field; a limit of 0
-// disables it. Spike rules compare log10 of a value with the trailing window
-// of finite, non-extreme steps (z-score in double), are silent until the
-// window is full, and fire only above their absolute floor.
+// The health rules (harness/health.h). Each rule is named after its field;
+// a limit, ratio, factor or sigma of 0 disables it. Rules with a memory
+// (spike windows, sigma windows, growth runs, the chance rule's start) begin
+// again at each protocol phase boundary: a new domain is a new regime. The
+// defaults were chosen on the onset corpus (README, "Choosing the rules").
 struct HealthRules {
-  int64_t window = 16;                  // trailing steps for spike rules, [2, 10000]
+  int64_t window = 16;                  // trailing steps for spike rules and onset attribution, [2, 10000]
   double spike_z = 8.0;                 // z-score of log10 magnitude; 0 disables spikes
   double loss_limit = 1e3;              // loss above this is extreme
   double grad_norm_limit = 1e2;         // global L2 grad norm (before clipping)
@@ -81,6 +82,25 @@ struct HealthRules {
   double loss_spike_floor = 10.0;       // loss_spike fires only above this loss
   double grad_norm_spike_floor = 10.0;  // grad_norm_spike fires only above this norm
   double activation_spike_floor = 1e2;  // activation_spike fires only above this
+  // Sustained growth: a quantity multiplied by at least growth_ratio on each
+  // of growth_steps consecutive steps, and above its floor now.
+  double growth_ratio = 1.4;                 // per-step factor; 0 disables the growth rules
+  int64_t growth_steps = 2;                  // consecutive growing steps, [1, 1000]
+  double loss_growth_floor = 20.0;           // loss_growth: loss
+  double grad_norm_growth_floor = 30.0;      // grad_norm_growth: global grad norm
+  double max_grad_growth_floor = 20.0;       // max_grad_growth: largest |grad|
+  double optimizer_state_growth_floor = 20.0; // optimizer_state_growth: largest |state|
+  double activation_growth_floor = 500.0;    // activation_growth: largest |activation|
+  // Loss against chance: loss > chance_loss_factor × ln(classes), once
+  // chance_loss_after steps of the phase have run (classification only).
+  double chance_loss_factor = 6.0;      // 0 disables
+  int64_t chance_loss_after = 20;       // [0, 10^9]
+  // Rolling sigma in OLMo's form: value > mean + sigma × std of the last
+  // sigma_window finite, non-extreme steps (raw values), silent until full.
+  double sigma = 0.0;                   // 0 disables loss_sigma and grad_norm_sigma
+  int64_t sigma_window = 128;           // [2, 100000]
+  double loss_sigma_floor = 0.0;        // loss_sigma fires only above this loss
+  double grad_norm_sigma_floor = 0.0;   // grad_norm_sigma fires only above this norm
   StopAt stop_at = StopAt::kNonFinite;  // stop the burst at the first such step
 };
 

@@ -112,15 +112,14 @@ TEST(Burst, DefaultConfigGoesExtremeBeforeNonFiniteAndNamesTheTensor) {
   EXPECT_FALSE(v.fault->tensor.empty());
   EXPECT_GT(v.fault->nan + v.fault->pos_inf + v.fault->neg_inf, 0);
   EXPECT_LT(v.steps_run, v.planned_steps) << "fail fast";
-  // Every step from the onset to the failure is finite but extreme.
+  // The warning leads: at least 5 steps, every step before it finite, the
+  // onset's rules recorded with their values, the runaway into the NaN extreme.
+  EXPECT_GE(*v.lead_time(), 5);
+  EXPECT_EQ(v.onset_hits.size(), v.onset_rules.size());
   for (const StepRecord& rec : r.trace.recent()) {
-    if (rec.step >= *v.onset_step && rec.step < *v.failure_step) {
-      EXPECT_EQ(rec.health, Health::kExtreme) << rec.step;
-      EXPECT_FALSE(rec.rules.empty());
-    }
-    if (rec.step < *v.onset_step) {
-      EXPECT_EQ(rec.health, Health::kFinite) << rec.step;
-    }
+    if (rec.step < *v.onset_step) EXPECT_EQ(rec.health, Health::kFinite) << rec.step;
+    if (rec.step == *v.onset_step) EXPECT_FALSE(rec.rules.empty());
+    if (rec.step == *v.failure_step - 1) EXPECT_EQ(rec.health, Health::kExtreme) << rec.step;
   }
   EXPECT_FALSE(r.trace.before_onset().empty());
   // What does not depend on the CPU's float kernels is pinned: the data. The
@@ -131,7 +130,7 @@ TEST(Burst, DefaultConfigGoesExtremeBeforeNonFiniteAndNamesTheTensor) {
   EXPECT_EQ(r.step_hashes[0].labels.hex(), "b0db0dc5e7a25e46adf249e2e0911a76");
   EXPECT_EQ(r.step_hashes[39].input.hex(), "5fa970dcacbdb8a8a513d29d028ea7fa") << "the last batch of domain A";
   EXPECT_EQ(r.step_hashes[39].labels.hex(), "c9f9c9ff8674a19d0ea0cd33520b1021");
-  EXPECT_GE(*v.onset_step, 40) << "the runaway starts after the domain switch at step 40";
+  EXPECT_GE(*v.failure_step, 40) << "the runaway ends after the domain switch at step 40";
 }
 
 TEST(Burst, HealthyControlNeverGoesExtreme) {
@@ -225,6 +224,47 @@ TEST(Burst, StopAtExtremeStopsAtTheOnset) {
   ASSERT_TRUE(r.verdict.onset_step);
   EXPECT_EQ(r.verdict.steps_run, *r.verdict.onset_step + 1);
   EXPECT_FALSE(r.verdict.failure_step);
+}
+
+// A healthy MLP with an instability planted in one layer: from step 20 on,
+// that layer's weight is scaled by 1.45 after every optimizer step.
+class PlantedLayerScenario : public StandardScenario {
+ public:
+  PlantedLayerScenario(const TrainingConfig& c, std::string layer)
+      : StandardScenario(c, std::make_shared<Dataset>(load_dataset(c.dataset))), layer_(std::move(layer)) {}
+  void optimizer_step() override {
+    StandardScenario::optimizer_step();
+    if (steps_++ < 20) return;
+    torch::NoGradGuard no_grad;
+    for (const auto& p : model().named_parameters()) {
+      if (p.key() == layer_) p.value().mul_(1.45);
+    }
+  }
+
+ private:
+  std::string layer_;
+  int64_t steps_ = 0;
+};
+
+TEST(Burst, TheLayerWithAPlantedInstabilityIsNamedAsTheFirstMover) {
+  const TrainingConfig c = default_config({"model.kind=mlp", "model.mlp_depth=2", "model.mlp_width=32",
+                                           "dataset.synthetic_train_per_class=60", "batch_size=16",
+                                           "max_batches_per_epoch=0", "optimizer.lr=0.01", "seed=1"});
+  {
+    auto healthy = make_scenario(c);
+    ASSERT_FALSE(run_burst(*healthy, c.health, BurstOptions{}).verdict.onset_step) << "the control is healthy";
+  }
+  for (const std::string layer : {"fc1.weight", "fc2.weight", "out.weight"}) {
+    PlantedLayerScenario s(c, layer);
+    const Verdict v = run_burst(s, c.health, BurstOptions{}).verdict;
+    ASSERT_TRUE(v.onset_step) << layer;
+    EXPECT_GT(*v.onset_step, 20) << layer;
+    ASSERT_FALSE(v.movers.empty()) << layer;
+    EXPECT_EQ(v.movers[0].tensor, layer) << describe_movers(v.movers, *v.onset_step);
+    EXPECT_EQ(v.movers[0].quantity, "update") << describe_movers(v.movers, *v.onset_step);
+    EXPECT_EQ(v.movers[0].since, 20) << "its first scaled step";
+    EXPECT_FALSE(v.onset_hits.empty());
+  }
 }
 
 TEST(Burst, AdamStateIsWatched) {

@@ -2,6 +2,7 @@
 // below it, spike rules wait for a full window and respect their floors.
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -182,6 +183,239 @@ TEST(Health, ZScoreOfAFlatWindowUsesTheMinimumSpread) {
   EXPECT_TRUE(w.full());
   EXPECT_NEAR(w.z(10.0), 1.0 / kMinLogStd, 1e-12);  // one decade above, spread floored
   EXPECT_EQ(w.z(0.0), 0.0);
+}
+
+
+// ---- the rules with a trend, a chance level and OLMo's sigma ----
+
+// Rules with only the new family on, so each test sees one rule.
+HealthRules only_new_rules() {
+  HealthRules h;
+  h.spike_z = 0;
+  h.loss_limit = h.grad_norm_limit = h.max_grad_limit = h.activation_limit = h.optimizer_state_limit = 0;
+  h.param_jump_limit = 0;
+  return h;
+}
+
+TEST(Health, EachGrowthRuleFiresOnSustainedGrowthAboveItsFloorOnly) {
+  HealthRules rules = only_new_rules();
+  rules.growth_ratio = 1.5;
+  rules.growth_steps = 3;
+  struct Case {
+    const char* rule;
+    std::function<void(StepRecord&, double)> set;
+    double floor;
+  } cases[] = {
+      {"loss_growth", [](StepRecord& r, double v) { r.loss = v; }, rules.loss_growth_floor},
+      {"grad_norm_growth", [](StepRecord& r, double v) { r.grad_norm = v; }, rules.grad_norm_growth_floor},
+      {"max_grad_growth", [](StepRecord& r, double v) { r.grad_max = v; }, rules.max_grad_growth_floor},
+      {"optimizer_state_growth", [](StepRecord& r, double v) { r.state_max = v; }, rules.optimizer_state_growth_floor},
+      {"activation_growth", [](StepRecord& r, double v) { r.activation_max = v; }, rules.activation_growth_floor},
+  };
+  for (const Case& c : cases) {
+    // ×1.6 per step, ending 2× above the floor: silent for two growing steps, fires on the third.
+    HealthJudge judge(rules);
+    const double end = 2 * std::max(c.floor, 1.0);
+    for (int i = 0; i < 4; ++i) {
+      StepRecord r = step(i);
+      c.set(r, end / std::pow(1.6, 3 - i));
+      r = judged(judge, r);
+      EXPECT_EQ(fired(r, c.rule), i == 3) << c.rule << " step " << i;
+      if (i == 3) {
+        ASSERT_FALSE(r.hits.empty());
+        EXPECT_NEAR(r.hits.back().value, 1.6, 1e-9) << "the smallest per-step factor of the run";
+        EXPECT_EQ(r.hits.back().threshold, 1.5);
+        EXPECT_NEAR(r.hits.back().quantity, end, 1e-9);
+      }
+    }
+    // The same growth with one step of ×1.2 in it: not sustained.
+    HealthJudge broken(rules);
+    const double factors[] = {1, 1.6, 1.2, 1.6};
+    double v = end / (1.6 * 1.2 * 1.6);
+    for (int i = 0; i < 4; ++i) {
+      v *= factors[i];
+      StepRecord r = step(i);
+      c.set(r, v);
+      EXPECT_FALSE(fired(judged(broken, r), c.rule)) << c.rule << " step " << i;
+    }
+    // Sustained growth that ends below the floor is silent.
+    if (c.floor > 0) {
+      HealthJudge low(rules);
+      for (int i = 0; i < 4; ++i) {
+        StepRecord r = step(i);
+        c.set(r, 0.9 * c.floor / std::pow(1.6, 3 - i));
+        EXPECT_FALSE(fired(judged(low, r), c.rule)) << c.rule;
+      }
+    }
+  }
+}
+
+TEST(Health, TheRampTheSpikeRuleMissedIsCaughtByGrowth) {
+  // The run: a trailing window already holding noise spikes of 12-17,
+  // then grad norm 27.9 -> 41.5 -> 67.5 and loss 6.0 -> 27.8 -> 34.5.
+  const HealthRules rules;  // the defaults
+  HealthJudge judge(rules);
+  for (int i = 0; i < 40; ++i) {
+    const double noise = (i % 7 == 3) ? 12.0 + (i % 5) : 4.0 + 0.5 * (i % 3);
+    StepRecord r = step(i, 2.0 + 0.1 * (i % 4), noise);
+    r.grad_max = noise / 10;
+    ASSERT_EQ(judged(judge, r).health, Health::kFinite) << i;
+  }
+  const double norms[] = {27.9, 41.5, 67.5};
+  const double losses[] = {6.0, 27.8, 34.5};
+  std::vector<StepRecord> ramp;
+  for (int i = 0; i < 3; ++i) {
+    StepRecord r = step(40 + i, losses[i], norms[i]);
+    r.grad_max = norms[i] / 10;
+    ramp.push_back(judged(judge, r));
+  }
+  for (const StepRecord& r : ramp) {
+    EXPECT_FALSE(fired(r, "grad_norm_spike")) << r.step << ": the noisy window hides it";
+  }
+  EXPECT_TRUE(fired(ramp.back(), "grad_norm_growth")) << "two steps of ×1.4 or more";
+  EXPECT_EQ(ramp.back().health, Health::kExtreme);
+}
+
+TEST(Health, ChanceLossFiresAboveFactorTimesLnClassesOnceThePhaseIsUnderWay) {
+  HealthRules rules = only_new_rules();
+  rules.growth_ratio = 0;
+  rules.chance_loss_factor = 3;
+  rules.chance_loss_after = 5;
+  const double chance = 3 * std::log(10.0);
+  HealthJudge judge(rules, /*classes=*/10);
+  // Early steps of a phase may sit far above chance: silent.
+  EXPECT_FALSE(fired(judged(judge, step(0, chance * 2)), "chance_loss"));
+  for (int i = 1; i < 5; ++i) judged(judge, step(i));
+  EXPECT_FALSE(fired(judged(judge, step(5, chance * 0.99)), "chance_loss"));
+  const StepRecord r = judged(judge, step(6, chance * 1.01));
+  EXPECT_TRUE(fired(r, "chance_loss"));
+  EXPECT_NEAR(r.hits.back().threshold, chance, 1e-12);
+  // A new phase starts its count again.
+  StepRecord next = step(7, chance * 2);
+  next.phase = 1;
+  EXPECT_FALSE(fired(judged(judge, next), "chance_loss"));
+  // Without classes (a regression scenario) the rule is off.
+  HealthJudge unknown(rules, /*classes=*/0);
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(fired(judged(unknown, step(i, 1e3)), "chance_loss"));
+}
+
+TEST(Health, SigmaRuleCountsStandardDeviationsOverAFullWindowInOlmosForm) {
+  HealthRules rules = only_new_rules();
+  rules.growth_ratio = 0;
+  rules.sigma = 7;
+  rules.sigma_window = 32;
+  HealthJudge judge(rules);
+  std::mt19937 rng(7);
+  std::normal_distribution<double> noise(0, 0.05);
+  for (int i = 0; i < 31; ++i) judged(judge, step(i, 2.0 + noise(rng), 1.0 + noise(rng)));
+  // 31 of 32: silent however far off.
+  EXPECT_FALSE(fired(judged(judge, step(31, 2.0, 50.0)), "grad_norm_sigma")) << "silent until full";
+  judged(judge, step(32, 2.0, 1.0));
+  const StepRecord r = judged(judge, step(33, 5.0, 1.0));
+  EXPECT_TRUE(fired(r, "loss_sigma")) << "3 above a mean of 2 with sd 0.05";
+  EXPECT_GT(r.hits.back().value, 7);
+  EXPECT_FALSE(fired(r, "grad_norm_sigma"));
+  // A floor keeps it quiet on small values.
+  rules.loss_sigma_floor = 10;
+  HealthJudge floored(rules);
+  for (int i = 0; i < 32; ++i) judged(floored, step(i, 2.0 + noise(rng)));
+  EXPECT_FALSE(fired(judged(floored, step(32, 5.0)), "loss_sigma"));
+}
+
+TEST(Health, HealthyNoiseRaisesNoAlarmUnderTheDefaults) {
+  // 3,000 steps of multiplicative noise around a slowly falling loss: the
+  // statistics of a healthy run wobble by up to 2x from step to step.
+  HealthJudge judge(HealthRules{}, 10);
+  std::mt19937 rng(11);
+  std::lognormal_distribution<double> wobble(0, 0.3);
+  for (int i = 0; i < 3000; ++i) {
+    const double trend = 2.3 * std::exp(-i / 800.0) + 0.2;
+    StepRecord r = step(i, trend * wobble(rng), 3.0 * wobble(rng), 50 * wobble(rng));
+    r.grad_max = 0.5 * wobble(rng);
+    r.state_max = 0.8 * wobble(rng);
+    r.phase = i / 1000;
+    r = judged(judge, r);
+    ASSERT_EQ(r.health, Health::kFinite) << "step " << i << ": " << (r.hits.empty() ? "" : r.hits[0].describe());
+  }
+}
+
+TEST(Health, EveryHitCarriesItsValueAndThreshold) {
+  HealthJudge judge(HealthRules{});
+  StepRecord r = step(0, 2.0, 250.0);
+  r = judged(judge, r);
+  ASSERT_TRUE(fired(r, "grad_norm_limit"));
+  ASSERT_EQ(r.hits.size(), r.rules.size());
+  for (size_t i = 0; i < r.hits.size(); ++i) EXPECT_EQ(r.hits[i].rule, r.rules[i]);
+  EXPECT_EQ(r.hits[0].value, 250.0);
+  EXPECT_EQ(r.hits[0].threshold, 100.0);
+  EXPECT_EQ(r.hits[0].describe(), "grad_norm_limit 250 > 100");
+}
+
+// ---- onset attribution ----
+
+// A record with three layers and two taps, each statistic near 1 with noise.
+StepRecord layered(int64_t i, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(0.8, 1.25);
+  StepRecord r = step(i);
+  r.layers.clear();
+  for (const char* name : {"a.weight", "b.weight", "c.weight"}) {
+    LayerStats l;
+    l.name = name;
+    l.is_weight = true;
+    l.grad_norm = u(rng);
+    l.param_norm_before = 10;
+    l.param_norm_after = 10 + 0.01 * u(rng);
+    l.state_max = 0.1 * u(rng);
+    r.layers.push_back(l);
+  }
+  r.taps = {{"a_act", 3 * u(rng)}, {"c_logits", 5 * u(rng)}};
+  return r;
+}
+
+TEST(Health, TheLayerWhoseGradientClimbedFirstIsNamedFirst) {
+  for (const std::string planted : {"a.weight", "b.weight", "c.weight"}) {
+    HealthJudge judge(HealthRules{});
+    std::mt19937 rng(3);
+    std::vector<StepRecord> out;
+    for (int i = 0; i < 40; ++i) {
+      StepRecord r = layered(i, rng);
+      for (LayerStats& l : r.layers) {
+        if (l.name == planted && i >= 30) l.grad_norm *= std::pow(3.0, i - 29);  // climbs from step 30
+      }
+      if (i >= 33) r.taps[1].max_abs *= std::pow(3.0, i - 32);  // the logits follow at step 33
+      if (i == 35) r.grad_norm = 500;                          // the onset: grad_norm_limit
+      out.push_back(judged(judge, r));
+    }
+    for (int i = 0; i < 35; ++i) ASSERT_EQ(out[size_t(i)].health, Health::kFinite) << planted << " " << i;
+    const StepRecord& onset = out[35];
+    ASSERT_EQ(onset.health, Health::kExtreme);
+    ASSERT_GE(onset.movers.size(), 2u) << planted;
+    EXPECT_EQ(onset.movers[0].tensor, planted);
+    EXPECT_EQ(onset.movers[0].quantity, "gradient");
+    EXPECT_EQ(onset.movers[0].since, 30) << "the first step of its climb";
+    EXPECT_GT(onset.movers[0].ratio, 100);
+    EXPECT_EQ(onset.movers[1].tensor, "c_logits");
+    EXPECT_EQ(onset.movers[1].quantity, "activation");
+    EXPECT_EQ(onset.movers[1].since, 33);
+    EXPECT_EQ(describe_movers(onset.movers, 35).rfind(planted + " gradient ", 0), 0u) << describe_movers(onset.movers, 35);
+    EXPECT_TRUE(out[36].movers.empty()) << "only the onset is attributed";
+  }
+}
+
+TEST(Health, ANonFiniteOnsetWithoutPrecursorNamesTheNonFiniteTensorsInForwardOrder) {
+  HealthJudge judge(HealthRules{});
+  std::mt19937 rng(5);
+  for (int i = 0; i < 20; ++i) judged(judge, layered(i, rng));
+  StepRecord r = layered(20, rng);
+  r.taps[1].max_abs = std::numeric_limits<double>::infinity();
+  r.layers[2].grad_norm = std::numeric_limits<double>::quiet_NaN();
+  r = judged(judge, r);
+  ASSERT_EQ(r.health, Health::kNonFinite);
+  ASSERT_EQ(r.movers.size(), 2u);
+  EXPECT_EQ(r.movers[0].tensor, "c_logits") << "a tap comes before the gradients it causes";
+  EXPECT_EQ(r.movers[0].since, 20);
+  EXPECT_EQ(r.movers[1].tensor, "c.weight");
+  EXPECT_EQ(describe_movers(r.movers, 20), "c_logits activation non-finite at the onset, then c.weight gradient (non-finite, at the onset)");
 }
 
 }  // namespace

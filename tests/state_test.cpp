@@ -3,6 +3,8 @@
 // never stopped: SGD with momentum, Adam, a cosine schedule with warm-up
 // (resumed mid-schedule), gradient accumulation, and a scenario with two
 // optimizers (SGD and Adam) in three param groups.
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "harness/burst.h"
@@ -192,6 +194,46 @@ TEST(State, HealthJudgeStateRoundTrips) {
   b.judge(copy);
   EXPECT_EQ(spike.rules, copy.rules);
   EXPECT_EQ(spike.health, Health::kExtreme);
+}
+
+TEST(State, ARestoredJudgeContinuesGrowthRunsAndAttributesTheOnsetAsTheOriginal) {
+  auto record = [](int64_t i) {
+    StepRecord r;
+    r.step = i;
+    r.loss = 2 + 0.1 * double(i % 3);
+    r.grad_norm = i < 24 ? 1 + 0.1 * double(i % 4) : 1.6 * std::pow(1.7, double(i - 23));  // climbs from 24
+    r.grad_max = 0.1;
+    r.activation_max = 3;
+    LayerStats l;
+    l.name = "fc.weight";
+    l.is_weight = true;
+    l.grad_norm = r.grad_norm;
+    l.param_norm_before = 5;
+    l.param_norm_after = 5.01;
+    r.layers = {l};
+    return r;
+  };
+  HealthJudge a(HealthRules{}, 10);
+  for (int64_t i = 0; i < 25; ++i) {
+    StepRecord r = record(i);
+    a.judge(r);
+  }
+  HealthJudge b(HealthRules{}, 10);
+  b.restore(nlohmann::json::parse(a.state().dump()));  // mid-climb: one growing step already seen
+  EXPECT_EQ(b.state(), a.state());
+  for (int64_t i = 25; i < 40; ++i) {
+    StepRecord ra = record(i), rb = record(i);
+    a.judge(ra);
+    b.judge(rb);
+    ASSERT_EQ(ra.rules, rb.rules) << i;
+    ASSERT_EQ(ra.movers.size(), rb.movers.size()) << i;
+    for (size_t k = 0; k < ra.movers.size(); ++k) {
+      EXPECT_EQ(ra.movers[k].tensor, rb.movers[k].tensor);
+      EXPECT_EQ(ra.movers[k].since, rb.movers[k].since);
+      EXPECT_EQ(ra.movers[k].ratio, rb.movers[k].ratio);
+    }
+    if (!ra.movers.empty()) EXPECT_EQ(ra.movers[0].since, 24) << "the climb began before the checkpoint";
+  }
 }
 
 }  // namespace
