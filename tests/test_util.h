@@ -6,6 +6,7 @@
 #include <string>
 
 #include "scenarios/scenario.h"
+#include "temp_dir.h"
 
 namespace spikehunt::testing {
 
@@ -42,17 +43,6 @@ class PlantedScenario : public Scenario {
   std::unique_ptr<torch::optim::SGD> optimizer_;
 };
 
-// A fresh empty folder under /tmp, removed by the destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 struct CommandResult {
   int exit_code = -1;
@@ -62,7 +52,6 @@ struct CommandResult {
 CommandResult run_spikehunt(const std::string& args);
 
 std::string source_path(const std::string& relative);  // path inside the repository
-bool has(const std::string& text, const std::string& what);  // text contains what
 
 // A small fast search space: a tiny MLP on 40 synthetic images a class, a few
 // steps, momentum 0.9; learning rates up to 8 diverge. `extra_dimensions`
