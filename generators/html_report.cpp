@@ -14,6 +14,7 @@
 #include "generators/sweep.h"
 #include "harness/child.h"
 #include "harness/env.h"
+#include "harness/report.h"
 #include "harness/repro_file.h"
 #include "harness/store.h"
 #include "scenarios/error.h"
@@ -151,6 +152,17 @@ constexpr const char* kScript = R"(
       });
     };
   }
+  // A log axis ticks at whole decades only (every k-th when they would crowd).
+  function decades(min, max, pixels) {
+    if (!(min > 0) || !(max > min)) return [];
+    var lo = Math.floor(Math.log10(min) + 1e-9), hi = Math.ceil(Math.log10(max) - 1e-9);
+    var room = Math.max(2, Math.floor(pixels / 28)), k = Math.max(1, Math.ceil((hi - lo + 1) / room));
+    var ticks = [];
+    for (var e = Math.ceil(lo / k) * k; e <= hi; e += k) {
+      ticks.push({v: Math.pow(10, e), label: e === 0 ? '1' : e === 1 ? '10' : '1e' + e});
+    }
+    return ticks;
+  }
   function exp(v) { return v >= 0.01 && v < 1e4 ? String(+v.toPrecision(3)) : v.toExponential(0); }
   function draw(id, rows, options) {
     var div = document.getElementById(id);
@@ -162,7 +174,9 @@ constexpr const char* kScript = R"(
     options.yRangePad = 8;
     try {
       var g = new Dygraph(div, rows, options);
-      status.push({id: id, rows: g.numRows(), points: plotted(g), colored: colored(div)});
+      var ylabels = [];
+      div.querySelectorAll('.dygraph-axis-label-y').forEach(function (e) { ylabels.push(e.textContent); });
+      status.push({id: id, rows: g.numRows(), points: plotted(g), colored: colored(div), ylabels: ylabels});
     } catch (e) {
       window.spikehuntErrors.push(id + ': ' + e);
       status.push({id: id, rows: 0, points: 0, colored: 0});
@@ -183,9 +197,10 @@ constexpr const char* kScript = R"(
     if (!f.rows.length) return;
     draw(f.id, f.rows, {
       labels: f.labels, logscale: true, xlabel: 'step', xRangePad: 12, ylabel: 'magnitude (log scale)', legend: 'always',
-      axes: {y: {axisLabelFormatter: exp, axisLabelWidth: 60, pixelsPerLabel: 28}},
+      axes: {y: {ticker: decades, axisLabelWidth: 60}},
       colors: ['#1f77b4', '#d62728', '#9467bd', '#2ca02c', '#ff7f0e', '#8c564b'],
-      underlayCallback: marks([{step: f.onset, label: 'onset (extreme)', color: '#e69500'},
+      underlayCallback: marks([{step: f.mover_step, label: 'first mover: ' + f.mover, color: '#6a3d9a', row: 2},
+                               {step: f.onset, label: 'onset (extreme)', color: '#e69500'},
                                {step: f.failure, label: 'first non-finite', color: '#c00020', row: 1}])
     });
   });
@@ -345,10 +360,9 @@ ReportFacts write_sweep_report(const std::string& dir, const std::string& out_pa
     if (v.failure_step) h << ", first non-finite step " << *v.failure_step;
     if (v.lead_time()) h << ", lead time " << *v.lead_time() << " steps";
     if (v.fault) h << ", " << escape(v.fault->describe());
-    if (!v.onset_rules.empty()) {
-      std::string rules;
-      for (const std::string& r : v.onset_rules) rules += (rules.empty() ? "" : ", ") + r;
-      h << "; rules at the onset: " << escape(rules);
+    if (!v.onset_rules.empty()) h << "; rules at the onset: " << escape(onset_rules_text(v));
+    if (v.onset_step && !v.movers.empty()) {
+      h << "</p>\n<p>Moved first: <b>" << escape(describe_movers(v.movers, *v.onset_step)) << "</b>";
     }
     h << "</p>\n<p>Replay: <span class=\"" << (f.replay.rfind("reproduced", 0) == 0 ? "ok" : "bad") << "\">"
       << escape(f.replay) << "</span><br>Replay it: <code>" << escape(program_name()) << " replay " << escape(repro_path)
@@ -366,6 +380,8 @@ ReportFacts write_sweep_report(const std::string& dir, const std::string& out_pa
     charts.push_back({{"id", id},
                       {"onset", v.onset_step ? json(*v.onset_step) : json(nullptr)},
                       {"failure", v.failure_step ? json(*v.failure_step) : json(nullptr)},
+                      {"mover_step", v.movers.empty() ? json(nullptr) : json(v.movers.front().since)},
+                      {"mover", v.movers.empty() ? "" : v.movers.front().tensor + " " + v.movers.front().quantity},
                       {"labels", {"step", "loss", "global grad norm", "max |grad|", "max |activation|", "max |optimizer state|",
                                   "learning rate"}},
                       {"rows", rows}});

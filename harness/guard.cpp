@@ -198,7 +198,16 @@ GuardBaseline read_guard_baseline(const std::string& path) {
     }
     GuardRun r;
     r.name = e["name"].get<std::string>();
-    r.config = parse_config(e.value("config", json::object()), path + ": " + field + ".config");
+    json config = e.value("config", json::object());
+    // A baseline recorded before the growth and chance rules existed was
+    // judged without them: read it with them off, so a check says the rules
+    // differ instead of calling their earlier warning a regression.
+    if (config.is_object() && config.contains("health") && config["health"].is_object()) {
+      json& h = config["health"];
+      if (!h.contains("growth_ratio")) h["growth_ratio"] = 0.0;
+      if (!h.contains("chance_loss_factor")) h["chance_loss_factor"] = 0.0;
+    }
+    r.config = parse_config(config, path + ": " + field + ".config");
     r.summary = summary_from_json(e.value("summary", json()), path + ": " + field);
     const json losses = e.value("losses", json());
     if (!losses.is_array()) throw InputError(path, field + ".losses", losses.dump(), "is not a list");
@@ -221,20 +230,38 @@ std::vector<GuardFinding> guard_compare(const GuardRun& base, const GuardRun& no
   const Verdict &b = base.summary.verdict, &n = now.summary.verdict;
 
   const std::vector<std::string> changed = config_diff(base.config, now.config);
+  std::string rules_changed;  // the health.* differences: they move onsets, not training
+  bool training_changed = false;
   if (!changed.empty()) {
     std::string list;
-    for (const std::string& c : changed) list += (list.empty() ? "" : ", ") + c;
+    for (const std::string& c : changed) {
+      list += (list.empty() ? "" : ", ") + c;
+      if (c.rfind("health.", 0) == 0 && c.rfind("health.stop_at", 0) != 0) {
+        rules_changed += (rules_changed.empty() ? "" : ", ") + c;
+      } else {
+        training_changed = true;
+      }
+    }
     note("config differs from the baseline's: " + list);
   }
+  // Only the rules differ: the same training judged by other rules may warn
+  // earlier (or call a step extreme) without being less stable.
+  const bool only_rules = !rules_changed.empty() && !training_changed;
+  const std::string rerecord = " under other health rules than the baseline's (" + rules_changed +
+                               "): the same training, judged differently; record the baseline again to keep it";
 
-  if (rank(n.outcome) > rank(b.outcome)) {
+  if (only_rules && n.outcome == Outcome::kExtreme && rank(n.outcome) > rank(b.outcome)) {
+    note("verdict: " + std::string(to_string(b.outcome)) + " → " + describe(now) + rerecord);
+  } else if (rank(n.outcome) > rank(b.outcome)) {
     regression("verdict: " + std::string(to_string(b.outcome)) + " → " + describe(now));
   } else if (rank(n.outcome) < rank(b.outcome)) {
     note("verdict improved: " + describe(base) + " → " + to_string(n.outcome) + " (record the baseline again to keep it)");
   } else if (fault_signature(n) != fault_signature(b)) {
     note("the failure changed: " + fault_signature(b) + " → " + fault_signature(n));
   }
-  if (b.onset_step && n.onset_step && *n.onset_step < *b.onset_step - t.onset_steps) {
+  if (b.onset_step && n.onset_step && *n.onset_step < *b.onset_step - t.onset_steps && only_rules) {
+    note("onset came earlier: step " + std::to_string(*b.onset_step) + " → " + std::to_string(*n.onset_step) + rerecord);
+  } else if (b.onset_step && n.onset_step && *n.onset_step < *b.onset_step - t.onset_steps) {
     regression("onset came earlier: step " + std::to_string(*b.onset_step) + " → " + std::to_string(*n.onset_step) +
                " (tolerance " + std::to_string(t.onset_steps) + " steps)");
   }

@@ -157,6 +157,30 @@ TEST(Guard, CompareFlagsEachKindOfRegressionAndOnlyThose) {
   EXPECT_EQ(regressions(guard_compare(base, replanned, t)), 1);
 }
 
+TEST(Guard, ABaselineFromBeforeTheGrowthAndChanceRulesStillPassesWithANote) {
+  // Recorded with the rules of the earlier version (no growth_ratio, no
+  // chance_loss_factor in its configs): the same training, now warned about
+  // earlier by chance_loss, is a note, not a regression.
+  Recorded r;
+  ASSERT_EQ(r.record().exit_code, 0);
+  json b = json::parse(read_file(r.baseline));
+  for (json& c : b["configs"]) {
+    c["config"]["health"].erase("growth_ratio");
+    c["config"]["health"].erase("chance_loss_factor");
+    json& v = c["summary"]["verdict"];
+    if (!v["onset_step"].is_null()) v["onset_step"] = v["failure_step"].is_null() ? json(1000) : v["failure_step"];  // warned late
+  }
+  testing::write_bytes(r.baseline, b.dump());
+  const auto check = r.check();
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_TRUE(has(check.output, "health.chance_loss_factor=6")) << check.output;
+  EXPECT_TRUE(has(check.output, "under other health rules than the baseline's")) << check.output;
+
+  // Other training with other rules is still judged: a higher learning rate regresses.
+  const auto hotter = r.check("--set optimizer.lr=0.5");
+  EXPECT_EQ(hotter.exit_code, 1) << hotter.output;
+}
+
 TEST(Guard, BadSuitesAndBaselinesAreExitTwoAndWriteNothing) {
   Recorded r;
   testing::write_bytes(r.dir.file("bad.json"), R"({"configs": [{"name": "a", "confg": "tiny.json"}]})");

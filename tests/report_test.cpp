@@ -130,6 +130,13 @@ TEST(Report, ASmallRealSweepRendersInChromiumWithEveryChartDrawn) {
   // Loss, grad norm, max |grad| and max |activation| are finite before the failure step.
   EXPECT_GE(chart["points"].get<int64_t>(), 4 * (*repro.verdict.failure_step)) << chart.dump();
   EXPECT_GT(chart["colored"].get<int64_t>(), 2000) << "the lines and the onset/failure marks are drawn";
+  // The log axis ticks at whole decades only: "1e-3", "1", "10", "1e4", never "9e+31" or "2e+28".
+  ASSERT_GE(chart["ylabels"].size(), 2u) << chart.dump();
+  for (const json& label : chart["ylabels"]) {
+    const std::string text = label.get<std::string>();
+    EXPECT_TRUE(text == "1" || text == "10" || (text.rfind("1e", 0) == 0 && text.find('+') == std::string::npos))
+        << text;
+  }
 }
 
 TEST(Report, BadInputIsExitTwoAndWritesNothing) {
