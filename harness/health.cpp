@@ -268,14 +268,17 @@ void HealthJudge::judge(StepRecord& r) {
       }
       if (worst > h.param_jump_limit) fire(r, "param_jump_limit", worst, h.param_jump_limit, worst);
     }
-    auto spike = [&](const char* name, SpikeWindow& w, double value, double floor) {
-      if (h.spike_z <= 0 || !w.full() || !(value > floor)) return;
-      const double z = w.z(value);
-      if (z > h.spike_z) fire(r, name, z, h.spike_z, value);
+    // A windowed rule: silent until its window is full and below its floor;
+    // fires when the window's score of the value passes the threshold.
+    auto windowed = [&](const char* name, const auto& w, double value, double floor, double threshold, auto score) {
+      if (threshold <= 0 || !w.full() || !(value > floor)) return;
+      const double s = score(w, value);
+      if (s > threshold) fire(r, name, s, threshold, value);
     };
-    spike("loss_spike", loss_, r.loss, h.loss_spike_floor);
-    spike("grad_norm_spike", grad_norm_, r.grad_norm, h.grad_norm_spike_floor);
-    spike("activation_spike", activation_, r.activation_max, h.activation_spike_floor);
+    auto z = [](const SpikeWindow& w, double v) { return w.z(v); };
+    windowed("loss_spike", loss_, r.loss, h.loss_spike_floor, h.spike_z, z);
+    windowed("grad_norm_spike", grad_norm_, r.grad_norm, h.grad_norm_spike_floor, h.spike_z, z);
+    windowed("activation_spike", activation_, r.activation_max, h.activation_spike_floor, h.spike_z, z);
 
     const double growth_values[kGrowthQuantities] = {r.loss, r.grad_norm, r.grad_max, r.state_max, r.activation_max};
     const double growth_floors[kGrowthQuantities] = {h.loss_growth_floor, h.grad_norm_growth_floor,
@@ -299,13 +302,9 @@ void HealthJudge::judge(StepRecord& r) {
       const double chance = h.chance_loss_factor * std::log(double(classes_));
       if (r.loss > chance) fire(r, "chance_loss", r.loss, chance, r.loss);
     }
-    auto sigma = [&](const char* name, SigmaWindow& w, double value, double floor) {
-      if (h.sigma <= 0 || !w.full() || !(value > floor)) return;
-      const double s = w.sigmas(value);
-      if (s > h.sigma) fire(r, name, s, h.sigma, value);
-    };
-    sigma("loss_sigma", loss_sigma_, r.loss, h.loss_sigma_floor);
-    sigma("grad_norm_sigma", grad_norm_sigma_, r.grad_norm, h.grad_norm_sigma_floor);
+    auto sigmas = [](const SigmaWindow& w, double v) { return w.sigmas(v); };
+    windowed("loss_sigma", loss_sigma_, r.loss, h.loss_sigma_floor, h.sigma, sigmas);
+    windowed("grad_norm_sigma", grad_norm_sigma_, r.grad_norm, h.grad_norm_sigma_floor, h.sigma, sigmas);
   }
   r.health = !finite ? Health::kNonFinite : r.rules.empty() ? Health::kFinite : Health::kExtreme;
   if (r.health != Health::kFinite && !onset_seen_) {

@@ -129,6 +129,17 @@ json to_json(const Mover& m) {
           {"value", number(m.value)}, {"baseline", number(m.baseline)}, {"since", m.since}};
 }
 
+namespace {
+
+template <class T>
+json list_json(const std::vector<T>& items) {
+  json a = json::array();
+  for (const T& x : items) a.push_back(to_json(x));
+  return a;
+}
+
+}  // namespace
+
 json to_json(const StepRecord& r) {
   json layers = json::array();
   for (const LayerStats& l : r.layers) {
@@ -168,14 +179,8 @@ json to_json(const StepRecord& r) {
             {"rules", r.rules},
             {"step_ms", r.step_ms}};
   if (r.fault) j["fault"] = to_json(*r.fault);
-  if (!r.hits.empty()) {
-    j["hits"] = json::array();
-    for (const RuleHit& h : r.hits) j["hits"].push_back(to_json(h));
-  }
-  if (!r.movers.empty()) {
-    j["movers"] = json::array();
-    for (const Mover& m : r.movers) j["movers"].push_back(to_json(m));
-  }
+  if (!r.hits.empty()) j["hits"] = list_json(r.hits);
+  if (!r.movers.empty()) j["movers"] = list_json(r.movers);
   if (r.micro_batches != 1) j["micro_batches"] = r.micro_batches;
   if (r.groups.size() > 1) {
     json groups = json::array();
@@ -394,13 +399,9 @@ json to_json(const Verdict& v) {
           {"wall_seconds", v.wall_seconds},
           {"hash_chain", v.hash_chain.hex()},
           {"message", v.message}};
-  if (!v.onset_hits.empty()) {
-    j["onset_hits"] = json::array();
-    for (const RuleHit& h : v.onset_hits) j["onset_hits"].push_back(to_json(h));
-  }
+  if (!v.onset_hits.empty()) j["onset_hits"] = list_json(v.onset_hits);
   if (!v.movers.empty()) {
-    j["movers"] = json::array();
-    for (const Mover& m : v.movers) j["movers"].push_back(to_json(m));
+    j["movers"] = list_json(v.movers);
     if (v.onset_step) j["first_mover"] = describe_movers(v.movers, *v.onset_step);
   }
   if (!v.crash_stage.empty()) j["stage"] = v.crash_stage;
