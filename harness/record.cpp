@@ -138,19 +138,41 @@ json list_json(const std::vector<T>& items) {
   return a;
 }
 
+// The statistics of a step and of a layer, by their JSON names: the trace
+// writer and reader both walk these lists.
+template <class Record, class V>
+void each_step_number(Record& r, V&& v) {
+  v("loss", r.loss);
+  v("grad_norm", r.grad_norm);
+  v("grad_max", r.grad_max);
+  v("param_norm_before", r.param_norm_before);
+  v("param_norm_after", r.param_norm_after);
+  v("state_norm", r.state_norm);
+  v("state_max", r.state_max);
+  v("input_max", r.input_max);
+  v("output_max", r.output_max);
+  v("activation_max", r.activation_max);
+  v("lr", r.lr);
+}
+
+template <class Layer, class V>
+void each_layer_number(Layer& l, V&& v) {
+  v("grad_norm", l.grad_norm);
+  v("grad_max", l.grad_max);
+  v("param_norm_before", l.param_norm_before);
+  v("param_norm_after", l.param_norm_after);
+  v("state_norm", l.state_norm);
+  v("state_max", l.state_max);
+}
+
 }  // namespace
 
 json to_json(const StepRecord& r) {
   json layers = json::array();
   for (const LayerStats& l : r.layers) {
-    layers.push_back({{"name", l.name},
-                      {"is_weight", l.is_weight},
-                      {"grad_norm", number(l.grad_norm)},
-                      {"grad_max", number(l.grad_max)},
-                      {"param_norm_before", number(l.param_norm_before)},
-                      {"param_norm_after", number(l.param_norm_after)},
-                      {"state_norm", number(l.state_norm)},
-                      {"state_max", number(l.state_max)}});
+    json layer = {{"name", l.name}, {"is_weight", l.is_weight}};
+    each_layer_number(l, [&](const char* key, double x) { layer[key] = number(x); });
+    layers.push_back(layer);
   }
   json taps = json::object();
   for (const TapStats& t : r.taps) taps[t.name] = number(t.max_abs);
@@ -159,17 +181,6 @@ json to_json(const StepRecord& r) {
             {"phase_index", r.phase},
             {"epoch", r.epoch},
             {"batch", r.batch},
-            {"loss", number(r.loss)},
-            {"grad_norm", number(r.grad_norm)},
-            {"grad_max", number(r.grad_max)},
-            {"param_norm_before", number(r.param_norm_before)},
-            {"param_norm_after", number(r.param_norm_after)},
-            {"state_norm", number(r.state_norm)},
-            {"state_max", number(r.state_max)},
-            {"input_max", number(r.input_max)},
-            {"output_max", number(r.output_max)},
-            {"activation_max", number(r.activation_max)},
-            {"lr", number(r.lr)},
             {"activations", taps},
             {"layers", layers},
             {"input_hash", r.input_hash.hex()},
@@ -178,6 +189,7 @@ json to_json(const StepRecord& r) {
             {"health", to_string(r.health)},
             {"rules", r.rules},
             {"step_ms", r.step_ms}};
+  each_step_number(r, [&](const char* key, double x) { j[key] = number(x); });
   if (r.fault) j["fault"] = to_json(*r.fault);
   if (!r.hits.empty()) j["hits"] = list_json(r.hits);
   if (!r.movers.empty()) j["movers"] = list_json(r.movers);
@@ -261,30 +273,18 @@ StepRecord step_record_from_json(const json& j, const std::string& file) {
     r.phase = j.value("phase_index", int64_t{0});
     r.epoch = j.at("epoch").get<int64_t>();
     r.batch = j.at("batch").get<int64_t>();
-    auto num = [&](const json& o, const char* k) { return number_from(o.at(k)); };
-    r.loss = num(j, "loss");
-    r.grad_norm = num(j, "grad_norm");
-    r.grad_max = num(j, "grad_max");
-    r.param_norm_before = num(j, "param_norm_before");
-    r.param_norm_after = num(j, "param_norm_after");
-    r.state_norm = num(j, "state_norm");
-    r.state_max = num(j, "state_max");
-    r.input_max = num(j, "input_max");
-    r.output_max = j.contains("output_max") ? num(j, "output_max") : 0.0;
-    r.activation_max = num(j, "activation_max");
-    r.lr = j.contains("lr") ? num(j, "lr") : 0.0;
+    // output_max and lr came later: a trace without them reads them as 0.
+    each_step_number(r, [&](const char* key, double& x) {
+      const bool optional = std::string(key) == "output_max" || std::string(key) == "lr";
+      x = optional && !j.contains(key) ? 0.0 : number_from(j.at(key));
+    });
     r.micro_batches = j.value("micro_batches", int64_t{1});
     for (const auto& [name, v] : j.at("activations").items()) r.taps.push_back({name, number_from(v)});
     for (const json& l : j.at("layers")) {
       LayerStats s;
       s.name = l.at("name").get<std::string>();
       s.is_weight = l.value("is_weight", false);
-      s.grad_norm = num(l, "grad_norm");
-      s.grad_max = num(l, "grad_max");
-      s.param_norm_before = num(l, "param_norm_before");
-      s.param_norm_after = num(l, "param_norm_after");
-      s.state_norm = num(l, "state_norm");
-      s.state_max = num(l, "state_max");
+      each_layer_number(s, [&](const char* key, double& x) { x = number_from(l.at(key)); });
       r.layers.push_back(s);
     }
     r.input_hash = hash_from(j.at("input_hash"), "input_hash", file);
