@@ -173,23 +173,31 @@ void HealthJudge::fire(StepRecord& r, const char* rule, double value, double thr
 }
 
 // Taps in forward order, then each parameter's gradient, update and state.
+// The names are built only when the record's tensors are not the ones the
+// history describes (its first step): judging a step allocates no strings.
 std::vector<double> HealthJudge::series_values(const StepRecord& r) {
-  std::vector<std::string> names;
   std::vector<double> values;
-  for (const TapStats& t : r.taps) {
-    names.push_back(t.name + "\tactivation");
-    values.push_back(t.max_abs);
-  }
+  values.reserve(r.taps.size() + 3 * r.layers.size());
+  for (const TapStats& t : r.taps) values.push_back(t.max_abs);
   for (const LayerStats& l : r.layers) {
-    names.push_back(l.name + "\tgradient");
     values.push_back(l.grad_norm);
-    names.push_back(l.name + "\tupdate");
     values.push_back(std::fabs(l.param_norm_after - l.param_norm_before));
-    names.push_back(l.name + "\toptimizer state");
     values.push_back(l.state_max);
   }
-  if (names != series_) {  // another set of tensors (never within one scenario): start again
-    series_ = std::move(names);
+  auto names = [&](size_t i) -> const std::string& {  // the tensor of series i
+    return i < r.taps.size() ? r.taps[i].name : r.layers[(i - r.taps.size()) / 3].name;
+  };
+  bool same = series_.size() == values.size();
+  for (size_t i = 0; same && i < series_.size(); ++i) {
+    const std::string& n = names(i);
+    same = series_[i].compare(0, n.size(), n) == 0 && series_[i].size() > n.size() && series_[i][n.size()] == '\t';
+  }
+  if (!same) {  // another set of tensors (never within one scenario): start again
+    static const char* const kQuantities[] = {"\tgradient", "\tupdate", "\toptimizer state"};
+    series_.clear();
+    for (size_t i = 0; i < values.size(); ++i) {
+      series_.push_back(names(i) + (i < r.taps.size() ? "\tactivation" : kQuantities[(i - r.taps.size()) % 3]));
+    }
     history_.clear();
   }
   return values;
