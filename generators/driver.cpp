@@ -29,9 +29,9 @@ void ChildEvaluator::evaluate(const std::vector<TrainingConfig>& configs,
   for (const TrainingConfig& c : configs) {
     const std::string stem = work_dir_ + "/burst-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++);
     save_config(c, stem + ".config.json");
-    specs.push_back({{binary_, "burst", "--config", stem + ".config.json", "--result", stem + ".result.json"},
-                     timeout_,
-                     stem + ".log"});
+    std::vector<std::string> argv = {binary_, "burst", "--config", stem + ".config.json", "--result", stem + ".result.json"};
+    argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
+    specs.push_back({std::move(argv), timeout_, stem + ".log"});
     stems.push_back(stem);
   }
   run_children(specs, jobs_, [&](size_t i, const ChildExit& e) {

@@ -43,9 +43,12 @@ class ChildEvaluator : public Evaluator {
   void evaluate(const std::vector<TrainingConfig>& configs,
                 const std::function<void(size_t, const BurstSummary&)>& on_result,
                 const std::function<bool()>& stop = {}) override;
+  // More arguments for every child's `burst` command (e.g. {"--heldout", "256"}).
+  void set_extra_args(std::vector<std::string> args) { extra_args_ = std::move(args); }
 
  private:
   std::string binary_, work_dir_;
+  std::vector<std::string> extra_args_;
   int jobs_;
   double timeout_;
   int64_t counter_ = 0;

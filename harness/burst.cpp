@@ -3,8 +3,13 @@
 #include <malloc.h>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <cstdlib>
 
+#include <ATen/autocast_mode.h>
+
+#include "harness/health.h"
 #include "harness/monitor.h"
 #include "scenarios/catalog.h"
 #include "scenarios/error.h"
@@ -38,10 +43,77 @@ void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
   for (torch::Tensor& g : grads) g.mul_(coef);
 }
 
+// ---- precision ----
+
+namespace {
+
+// Autocast for one forward and loss: bf16 on the CPU, bf16 or fp16 on CUDA.
+class Autocast {
+ public:
+  Autocast(Precision p, const torch::Device& device) : on_(p != Precision::kFp32), cuda_(device.is_cuda()) {
+    if (!on_) return;
+    const at::ScalarType dtype = p == Precision::kFp16 ? at::kHalf : at::kBFloat16;
+    if (cuda_) {
+      was_on_ = at::autocast::is_enabled();
+      was_dtype_ = at::autocast::get_autocast_gpu_dtype();
+      at::autocast::set_autocast_gpu_dtype(dtype);
+      at::autocast::set_enabled(true);
+    } else {
+      was_on_ = at::autocast::is_cpu_enabled();
+      was_dtype_ = at::autocast::get_autocast_cpu_dtype();
+      at::autocast::set_autocast_cpu_dtype(dtype);
+      at::autocast::set_cpu_enabled(true);
+    }
+    at::autocast::increment_nesting();
+  }
+  ~Autocast() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    if (cuda_) {
+      at::autocast::set_enabled(was_on_);
+      at::autocast::set_autocast_gpu_dtype(was_dtype_);
+    } else {
+      at::autocast::set_cpu_enabled(was_on_);
+      at::autocast::set_autocast_cpu_dtype(was_dtype_);
+    }
+  }
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  bool on_, cuda_, was_on_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
+};
+
+}  // namespace
+
+bool LossScaler::unscale(const std::vector<torch::Tensor>& params) const {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flags;
+  for (const torch::Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    p.grad().mul_(1.0 / scale_);
+    flags.push_back(torch::logical_not(torch::isfinite(p.grad())).any());
+  }
+  if (flags.empty()) return false;
+  return torch::stack(flags).any().item<bool>();  // the one host sync
+}
+
+void LossScaler::update(bool overflow) {
+  if (overflow) {
+    scale_ *= o_.backoff_factor;
+    good_ = 0;
+  } else if (++good_ >= o_.growth_interval) {
+    scale_ *= o_.growth_factor;
+    good_ = 0;
+  }
+}
+
 // ---- the trainer ----
 
 Trainer::Trainer(Scenario& scenario, bool schedule)
     : s_(scenario), k_(std::max<int64_t>(1, scenario.config().accumulation_steps)), schedule_(schedule) {
+  if (scenario.config().precision == Precision::kFp16) scaler_.emplace();
   for (const NamedOptimizer& o : s_.optimizers()) {
     std::vector<double> lrs;
     for (auto& group : o.optimizer->param_groups()) lrs.push_back(group_lr(group));
@@ -89,26 +161,48 @@ torch::Tensor Trainer::step(int64_t step, const std::vector<Batch>& batches, Mon
   return in_training_code(stage, context_, [&] {  // Monitor::FailFast is no exception: it passes through
     s_.model().zero_grad();  // the model holds every optimizer's parameters (scenario.h)
     torch::Tensor total;
+    const Precision precision = s_.config().precision;
     for (const Batch& b : batches) {
       context_ = batch_context(b.host_inputs.defined() ? b.host_inputs : b.inputs,
                                b.host_targets.defined() ? b.host_targets : b.targets);
-      stage = "forward";
-      const torch::Tensor out = s_.forward(b.inputs, monitor ? monitor->tap() : Tap());
-      context_.output_shape = out.sizes().vec();
-      if (monitor) monitor->after_forward(out);
-      stage = "loss";
-      const torch::Tensor loss = s_.loss(out, b.targets);
+      torch::Tensor loss;
+      {
+        Autocast autocast(precision, b.inputs.device());
+        stage = "forward";
+        const torch::Tensor out = s_.forward(b.inputs, monitor ? monitor->tap() : Tap());
+        context_.output_shape = out.sizes().vec();
+        if (monitor) monitor->after_forward(out);
+        stage = "loss";
+        loss = s_.loss(out, b.targets);
+      }
       if (monitor) monitor->after_loss(loss);
       stage = "backward";
-      if (batches.size() == 1) loss.backward();
-      else (loss / double(batches.size())).backward();
+      const double factor = (scaler_ ? scaler_->scale() : 1.0) / double(batches.size());
+      if (factor == 1.0) loss.backward();
+      else (loss * factor).backward();
       total = total.defined() ? total + loss.detach() : loss.detach();
+    }
+    bool skipped = false;
+    if (scaler_) {
+      stage = "optimizer_step";
+      const std::vector<torch::Tensor> params = s_.model().parameters();
+      skipped = scaler_->unscale(params);
+      if (skipped) {
+        torch::NoGradGuard no_grad;
+        for (const torch::Tensor& p : params) {
+          if (p.grad().defined()) p.grad().zero_();
+        }
+      }
+      if (monitor) monitor->note_loss_scale(scaler_->scale(), skipped);
+      scaler_->update(skipped);
     }
     if (monitor) monitor->after_backward();
     stage = "optimizer_step";
-    if (s_.grad_clip() > 0) clip_grad_norm(s_.model().parameters(), s_.grad_clip());
-    apply_schedule(step);
-    s_.optimizer_step();
+    if (!skipped) {
+      if (s_.grad_clip() > 0) clip_grad_norm(s_.model().parameters(), s_.grad_clip());
+      apply_schedule(step);
+      s_.optimizer_step();
+    }
     return batches.size() == 1 ? total : total / double(batches.size());
   });
 }
@@ -224,6 +318,57 @@ void configure_runtime(const TrainingConfig& config) {
     at::globalContext().setBenchmarkCuDNN(false);
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
   }
+}
+
+double heldout_loss(Scenario& scenario, int64_t max_samples) {
+  torch::NoGradGuard no_grad;
+  const std::vector<Batch> batches = scenario.heldout(max_samples);
+  double sum = 0;
+  int64_t n = 0;
+  for (const Batch& b : batches) {
+    Autocast autocast(scenario.config().precision, b.inputs.device());
+    const double loss = scenario.loss(scenario.forward(b.inputs, Tap()), b.targets).item<double>();
+    if (!std::isfinite(loss)) return std::numeric_limits<double>::infinity();
+    sum += loss * double(b.inputs.size(0));
+    n += b.inputs.size(0);
+  }
+  return n == 0 ? std::numeric_limits<double>::quiet_NaN() : sum / double(n);
+}
+
+BurstSummary run_config_measured(const TrainingConfig& config, int64_t heldout_samples) {
+  configure_runtime(config);
+  std::unique_ptr<Scenario> scenario;
+  RunMetrics m;
+  try {
+    scenario = in_training_code("setup", {}, [&] { return make_scenario(config); });
+    m.init_loss = in_training_code("forward", {}, [&] { return heldout_loss(*scenario, heldout_samples); });
+  } catch (const TrainingError& e) {
+    Verdict v;
+    set_crashed(v, e);
+    return summary_of(v, {});
+  }
+  BurstOptions options;
+  options.on_step = [&](const StepRecord& r) {
+    m.last_train_loss = r.loss;
+    for (const TapStats& t : r.taps) {
+      if (tap_is_attention_logits(t.name)) m.max_attention_logit = std::max(m.max_attention_logit, t.max_abs);
+      else if (tap_is_logit_z(t.name)) m.max_logit_z = std::max(m.max_logit_z, t.max_abs);
+    }
+  };
+  BurstResult r = run_burst(*scenario, config.health, options);
+  if (r.verdict.outcome == Outcome::kNonFinite) {
+    m.final_loss = std::numeric_limits<double>::infinity();
+  } else {
+    try {
+      m.final_loss = in_training_code("forward", {}, [&] { return heldout_loss(*scenario, heldout_samples); });
+    } catch (const TrainingError& e) {
+      set_crashed(r.verdict, e);
+    }
+  }
+  for (const Batch& b : scenario->heldout(heldout_samples)) m.heldout_samples += b.inputs.size(0);
+  BurstSummary summary = summary_of(r.verdict, std::move(r.step_hashes));
+  summary.metrics = m;
+  return summary;
 }
 
 BurstResult run_config(const TrainingConfig& config, const BurstOptions& options) {

@@ -63,10 +63,40 @@ struct BurstResult {
 // but without its host sync.
 void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
 
+// Dynamic loss scaling for fp16 (LibTorch's C++ API has no GradScaler):
+// the loss is multiplied by scale() before backward; unscale() divides every
+// gradient by it and says whether any was non-finite (one host sync); then
+// update(overflow) halves the scale after an overflow (the step is skipped)
+// and doubles it after growth_interval steps in a row without one.
+struct LossScaleOptions {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+class LossScaler {
+ public:
+  explicit LossScaler(LossScaleOptions options = {}) : o_(options), scale_(options.init_scale) {}
+  double scale() const { return scale_; }
+  int64_t good_steps() const { return good_; }
+  bool unscale(const std::vector<torch::Tensor>& params) const;
+  void update(bool overflow);
+
+ private:
+  LossScaleOptions o_;
+  double scale_;
+  int64_t good_ = 0;  // steps since the last overflow or growth
+};
+
 // The harness's side of one optimizer step (the contract in scenario.h):
 // zero the model's gradients; for each of config().accumulation_steps
 // micro-batches forward, loss and (loss / k).backward(); clip to grad_clip();
 // set every group's learning rate from config().schedule; optimizer_step().
+// config().precision bf16 / fp16 runs forward and loss under autocast (the
+// weights stay fp32); fp16 also scales the loss (LossScaler), and a step whose
+// scaled gradients overflowed is skipped: its gradients are zeroed before the
+// monitor reads them, the optimizer does not step, the record says skipped.
 // What the scenario's code throws comes out as a TrainingError naming the stage.
 class Trainer {
  public:
@@ -87,11 +117,16 @@ class Trainer {
   // Sets every group to its base learning rate × the schedule's factor at `step`.
   void apply_schedule(int64_t step);
   const ErrorContext& context() const { return context_; }
+  // Scales the loss from now on (fp16 turns it on by itself; tests plant
+  // overflows on the CPU with it).
+  void enable_loss_scaling(LossScaleOptions options = {}) { scaler_.emplace(options); }
+  const std::optional<LossScaler>& loss_scaler() const { return scaler_; }
 
  private:
   Scenario& s_;
   int64_t k_;
   bool schedule_;
+  std::optional<LossScaler> scaler_;
   std::vector<std::vector<double>> base_lr_;  // per optimizer, per group
   ErrorContext context_;
 };
@@ -106,6 +141,15 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
 // (stage "setup"); bad input is still an InputError.
 void configure_runtime(const TrainingConfig& config);
 BurstResult run_config(const TrainingConfig& config, const BurstOptions& options);
+
+// The mean loss over the scenario's held-out batches (up to `max_samples`
+// samples), without gradients, under the config's precision; +inf when any
+// batch's loss is not finite, NaN when the scenario has no held-out data.
+double heldout_loss(Scenario& scenario, int64_t max_samples);
+
+// run_config, measuring RunMetrics around it: the held-out loss before and
+// after, the last training loss and the largest attention logit and log Z.
+BurstSummary run_config_measured(const TrainingConfig& config, int64_t heldout_samples);
 
 // A crashed verdict from a TrainingError.
 void set_crashed(Verdict& v, const TrainingError& e);

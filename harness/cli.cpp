@@ -97,13 +97,24 @@ void print_header(const TrainingConfig& c, const std::string& source, Scenario* 
   }
   std::cout << "  model    " << c.model.kind;
   if (c.model.kind == "mlp") std::cout << " " << c.model.mlp_depth << "x" << c.model.mlp_width;
-  std::cout << " (" << thousands(parameter_count(scenario->model())) << " parameters), "
-            << describe_activation(c.activation) << "\n";
-  std::cout << "  train    " << train << "\n";
-  std::cout << "  protocol " << describe_protocol(c.protocol);
+  std::cout << " (" << thousands(parameter_count(scenario->model())) << " parameters), ";
+  if (c.model.kind == "gpt") std::cout << describe_gpt(c.model.gpt);
+  else std::cout << describe_activation(c.activation);
+  std::cout << "\n";
+  std::cout << "  train    " << train << (c.precision != Precision::kFp32 ? std::string(", ") + to_string(c.precision) : "")
+            << "\n";
+  if (c.dataset.kind == DatasetKind::kText) {
+    std::cout << "  protocol " << c.protocol.epochs_per_phase << " epoch(s) of " << c.model.gpt.context
+              << "-token windows";
+  } else {
+    std::cout << "  protocol " << describe_protocol(c.protocol);
+  }
   if (c.max_batches_per_epoch > 0) std::cout << ", <=" << c.max_batches_per_epoch << " batches/epoch";
   std::cout << " (" << steps << ")\n";
-  std::cout << "  data     " << (c.dataset.kind == DatasetKind::kSynthetic ? "synthetic" : c.dataset.path)
+  std::cout << "  data     "
+            << (c.dataset.kind == DatasetKind::kSynthetic ? "synthetic"
+                : c.dataset.kind == DatasetKind::kText   ? "text " + c.dataset.text_path + " (bytes)"
+                                                         : c.dataset.path)
             << "\n";
   std::cout << "  seed     " << c.seed << "\n\n" << std::flush;
 }
@@ -247,6 +258,7 @@ int pair_verb(const std::string& a_path, const std::string& b_path) {
 struct BurstArgs {
   std::string config, result, repro;
   bool hashes = false;
+  int64_t heldout = 0;
 };
 
 int burst_verb(const BurstArgs& a) {
@@ -256,6 +268,8 @@ int burst_verb(const BurstArgs& a) {
   if (!a.repro.empty()) {
     Repro repro = record_repro(config, a.repro);
     summary = summary_of(repro.verdict, std::move(repro.step_hashes));
+  } else if (a.heldout > 0) {
+    summary = run_config_measured(config, a.heldout);
   } else {
     BurstResult r = run_config(config, BurstOptions{});
     summary = summary_of(r.verdict, std::move(r.step_hashes));
@@ -684,6 +698,8 @@ void add_harness_verbs(Cli& cli) {
   burst->add_option("--result", burst_args->result, "Where to write the burst's summary JSON")->required();
   burst->add_option("--repro", burst_args->repro, "Also record a repro file here (with its checkpoint and trace)");
   burst->add_flag("--hashes", burst_args->hashes, "Put every step's hashes in the summary");
+  burst->add_option("--heldout", burst_args->heldout,
+                    "Also measure the held-out loss before and after on this many samples, and the largest logits");
 }
 
 }  // namespace spikehunt

@@ -249,6 +249,15 @@ std::vector<Mover> HealthJudge::attribute(const StepRecord& r, const std::vector
   return movers;
 }
 
+bool tap_is_attention_logits(const std::string& name) {
+  static const std::string kEnd = "attn_logits";
+  return name.size() >= kEnd.size() && name.compare(name.size() - kEnd.size(), kEnd.size(), kEnd) == 0;
+}
+
+bool tap_is_logit_z(const std::string& name) {
+  return name == "z" || (name.size() > 2 && name.compare(name.size() - 2, 2, "_z") == 0);
+}
+
 void HealthJudge::judge(StepRecord& r) {
   r.rules.clear();
   r.hits.clear();
@@ -268,6 +277,15 @@ void HealthJudge::judge(StepRecord& r) {
     limit("max_grad_limit", r.grad_max, h.max_grad_limit);
     limit("activation_limit", r.activation_max, h.activation_limit);
     limit("optimizer_state_limit", r.state_max, h.optimizer_state_limit);
+    if (h.attention_logit_limit > 0 || h.logit_z_limit > 0) {  // transformer taps, by their names' ends
+      double attention = 0, z = 0;
+      for (const TapStats& t : r.taps) {
+        if (tap_is_attention_logits(t.name)) attention = std::max(attention, t.max_abs);
+        else if (tap_is_logit_z(t.name)) z = std::max(z, t.max_abs);
+      }
+      limit("attention_logit_limit", attention, h.attention_logit_limit);
+      limit("logit_z_limit", z, h.logit_z_limit);
+    }
     if (h.param_jump_limit > 0) {
       double worst = 0;
       for (const LayerStats& l : r.layers) {

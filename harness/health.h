@@ -7,6 +7,10 @@
 //   max_grad_limit         max |grad| > limit
 //   activation_limit       max |activation| > limit
 //   optimizer_state_limit  max |momentum / Adam moment| > limit
+//   attention_logit_limit  max |attention logit| > limit, over taps whose names
+//                          end in "attn_logits" (q·k/√d before the softmax)
+//   logit_z_limit          max |log Z| > limit, over taps whose names end in
+//                          "_z" (the output logits' log-sum-exp per token)
 //   param_jump_limit       a weight (≥ 2-dim parameter) whose norm changed by
 //                          more than limit × its norm in one step
 //   loss_spike, grad_norm_spike, activation_spike
@@ -55,6 +59,10 @@ constexpr double kMinRelativeStd = 0.01;
 constexpr double kClimbFactor = 2.0;
 // Movers kept in a record and a verdict.
 constexpr size_t kMaxMovers = 8;
+
+// The tap names the transformer rules read (models.h's gpt taps them so).
+bool tap_is_attention_logits(const std::string& name);
+bool tap_is_logit_z(const std::string& name);
 
 // The upper median (0 for none).
 double median_of(std::vector<double> v);

@@ -70,6 +70,8 @@ class Monitor : public TapSink {
   void on_tap_max(const char* name, const torch::Tensor& t, double max_abs) override;
   void after_forward(const torch::Tensor& output);  // what forward returned: its max |x|, once per micro-batch
   void after_loss(const torch::Tensor& loss);       // the unscaled loss, once per micro-batch
+  // fp16 (Trainer's LossScaler): the scale this step used and whether it was skipped.
+  void note_loss_scale(double scale, bool skipped) { record_.loss_scale = scale, record_.skipped = skipped; }
   void after_backward();     // gradients, and the parameters before the step
   StepRecord finish_step();  // after the optimizer step; the one host copy
 

@@ -185,7 +185,6 @@ json to_json(const StepRecord& r) {
             {"layers", layers},
             {"input_hash", r.input_hash.hex()},
             {"label_hash", r.label_hash.hex()},
-            {"label_histogram", r.label_histogram},
             {"health", to_string(r.health)},
             {"rules", r.rules},
             {"step_ms", r.step_ms}};
@@ -194,6 +193,11 @@ json to_json(const StepRecord& r) {
   if (!r.hits.empty()) j["hits"] = list_json(r.hits);
   if (!r.movers.empty()) j["movers"] = list_json(r.movers);
   if (r.micro_batches != 1) j["micro_batches"] = r.micro_batches;
+  if (r.label_histogram.size() <= kTraceHistogramClasses) j["label_histogram"] = r.label_histogram;
+  if (r.loss_scale > 0) {
+    j["loss_scale"] = number(r.loss_scale);
+    j["skipped"] = r.skipped;
+  }
   if (r.groups.size() > 1) {
     json groups = json::array();
     for (const GroupStats& g : r.groups) {
@@ -279,6 +283,8 @@ StepRecord step_record_from_json(const json& j, const std::string& file) {
       x = optional && !j.contains(key) ? 0.0 : number_from(j.at(key));
     });
     r.micro_batches = j.value("micro_batches", int64_t{1});
+    r.loss_scale = j.contains("loss_scale") ? number_from(j.at("loss_scale")) : 0.0;
+    r.skipped = j.value("skipped", false);
     for (const auto& [name, v] : j.at("activations").items()) r.taps.push_back({name, number_from(v)});
     for (const json& l : j.at("layers")) {
       LayerStats s;
@@ -364,10 +370,20 @@ BurstSummary summary_of(Verdict verdict, std::vector<StepHashes> step_hashes) {
 json to_json(const BurstSummary& s) {
   json hashes = json::array();
   for (const StepHashes& h : s.step_hashes) hashes.push_back({h.input.hex(), h.labels.hex()});
-  return {{"verdict", to_json(s.verdict)},
-          {"first_input_hash", s.first.input.hex()},
-          {"first_label_hash", s.first.labels.hex()},
-          {"step_hashes", hashes}};
+  json j = {{"verdict", to_json(s.verdict)},
+            {"first_input_hash", s.first.input.hex()},
+            {"first_label_hash", s.first.labels.hex()},
+            {"step_hashes", hashes}};
+  if (s.metrics) {
+    const RunMetrics& m = *s.metrics;
+    j["metrics"] = {{"init_loss", number(m.init_loss)},
+                    {"final_loss", number(m.final_loss)},
+                    {"last_train_loss", number(m.last_train_loss)},
+                    {"max_attention_logit", number(m.max_attention_logit)},
+                    {"max_logit_z", number(m.max_logit_z)},
+                    {"heldout_samples", m.heldout_samples}};
+  }
+  return j;
 }
 
 BurstSummary summary_from_json(const json& j, const std::string& file) {
@@ -382,6 +398,21 @@ BurstSummary summary_from_json(const json& j, const std::string& file) {
     const std::string field = "step_hashes[" + std::to_string(i) + "]";
     if (!hashes[i].is_array() || hashes[i].size() != 2) throw InputError(file, field, hashes[i].dump(), "is not [input, labels]");
     s.step_hashes.push_back({hash_from(hashes[i][0], field, file), hash_from(hashes[i][1], field, file)});
+  }
+  if (j.contains("metrics")) {
+    const json& m = j["metrics"];
+    RunMetrics r;
+    try {
+      r.init_loss = number_from(m.at("init_loss"));
+      r.final_loss = number_from(m.at("final_loss"));
+      r.last_train_loss = number_from(m.at("last_train_loss"));
+      r.max_attention_logit = number_from(m.at("max_attention_logit"));
+      r.max_logit_z = number_from(m.at("max_logit_z"));
+      r.heldout_samples = json_integer(m.at("heldout_samples"), "metrics.heldout_samples", file);
+    } catch (const json::exception& e) {
+      throw InputError(file, "metrics", m.dump(), "is not a metrics object", e.what());
+    }
+    s.metrics = r;
   }
   return s;
 }

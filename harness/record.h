@@ -85,6 +85,10 @@ struct TapStats {
   double max_abs = 0;
 };
 
+// A trace line holds the label histogram only for this many classes or fewer
+// (a text model's 256 byte counts per line would bury the rest).
+constexpr size_t kTraceHistogramClasses = 32;
+
 struct StepRecord {
   int64_t step = 0;   // global optimizer step, from 0
   int64_t phase = 0;  // index into the protocol's phases
@@ -103,12 +107,14 @@ struct StepRecord {
   double activation_max = 0;     // max over taps of max |activation|
   double lr = 0;                 // the learning rate of the first optimizer's first group this step
   int64_t micro_batches = 1;     // batches accumulated into this optimizer step
+  double loss_scale = 0;         // fp16: the loss scale this step's backward used (0: no scaling)
+  bool skipped = false;          // fp16: the scaled gradients overflowed, the optimizer did not step
   std::vector<LayerStats> layers;
   std::vector<GroupStats> groups;  // every group of every optimizer
   std::vector<TapStats> taps;    // in the order forward called them
   Hash128 input_hash;            // XXH3-128 of the input bytes (host order; of every micro-batch, in order)
   Hash128 label_hash;            // XXH3-128 of the label bytes
-  std::vector<int64_t> label_histogram;  // count per class in this batch
+  std::vector<int64_t> label_histogram;  // count per class in this batch (a trace line keeps it up to kTraceHistogramClasses)
   Health health = Health::kFinite;
   std::vector<std::string> rules;  // health rules that fired
   std::vector<RuleHit> hits;       // the same rules with their values and thresholds
@@ -148,11 +154,24 @@ struct MonitorState {
   nlohmann::json judge;  // HealthJudge::state(): its phase and spike windows
 };
 
+// What an LR-sensitivity run measures of a burst besides its verdict
+// (`burst --heldout N`): held-out losses before and after, and the largest
+// transformer logits it saw.
+struct RunMetrics {
+  double init_loss = 0;            // mean held-out loss before the first step
+  double final_loss = 0;           // ... after the last step (inf when the burst went non-finite)
+  double last_train_loss = 0;      // the last step's training loss
+  double max_attention_logit = 0;  // over every step's *attn_logits taps
+  double max_logit_z = 0;          // over every step's *_z taps
+  int64_t heldout_samples = 0;     // sequences (or images) the held-out losses averaged
+};
+
 // What a sweep keeps of one burst (a child process reports it as JSON).
 struct BurstSummary {
   Verdict verdict;
   StepHashes first;                      // step 0's hashes: which data the burst started on
   std::vector<StepHashes> step_hashes;   // every step, when asked for (repro files)
+  std::optional<RunMetrics> metrics;     // when the burst was asked to measure them
 };
 // A summary with `first` taken from the step hashes (empty: no step ran).
 BurstSummary summary_of(Verdict verdict, std::vector<StepHashes> step_hashes);

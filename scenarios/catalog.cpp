@@ -8,6 +8,7 @@
 
 #include "scenarios/models.h"
 #include "scenarios/protocol.h"
+#include "scenarios/rng.h"
 
 namespace spikehunt {
 
@@ -155,6 +156,96 @@ std::vector<std::string> StandardScenario::phase_names() const {
   return names;
 }
 
+// ---- the text scenario ----
+
+std::pair<torch::Tensor, torch::Tensor> gather_text_batch(const std::vector<uint8_t>& stream,
+                                                          const std::vector<int64_t>& starts, int64_t context) {
+  const int64_t b = int64_t(starts.size());
+  torch::Tensor x = torch::empty({b, context}, torch::kInt64);
+  torch::Tensor y = torch::empty({b, context}, torch::kInt64);
+  int64_t* xp = x.data_ptr<int64_t>();
+  int64_t* yp = y.data_ptr<int64_t>();
+  for (int64_t i = 0; i < b; ++i) {
+    const uint8_t* src = stream.data() + starts[size_t(i)];
+    for (int64_t k = 0; k < context; ++k) {
+      xp[i * context + k] = src[k];
+      yp[i * context + k] = src[k + 1];
+    }
+  }
+  return {x, y};
+}
+
+TextScenario::TextScenario(const TrainingConfig& config, std::shared_ptr<const Dataset> dataset)
+    : dataset_(std::move(dataset)),
+      device_(resolve_device(config.device)),
+      model_(make_model(config)),
+      context_(config.model.gpt.context),
+      windows_((int64_t(dataset_->text.train.size()) - 1) / config.model.gpt.context),
+      per_epoch_(windows_ / config.batch_size),
+      epochs_(config.protocol.epochs_per_phase) {
+  bind_config(config);
+  if (per_epoch_ < 1) {
+    throw InputError(dataset_->source, "batch_size", std::to_string(config.batch_size),
+                     "is more than the " + std::to_string(windows_) + " windows of " + std::to_string(context_ + 1) +
+                         " bytes in the training text",
+                     "use a smaller batch_size or model.gpt.context, or more text");
+  }
+  if (config.max_batches_per_epoch > 0) per_epoch_ = std::min(per_epoch_, config.max_batches_per_epoch);
+  model_->to(device_);
+  optimizer_ = make_optimizer(config.optimizer, model_->parameters());
+}
+
+torch::Tensor TextScenario::loss(const torch::Tensor& outputs, const torch::Tensor& targets) {
+  return gpt_loss(outputs, targets, config().model.gpt.z_loss);
+}
+
+Batch TextScenario::make_batch(const std::vector<uint8_t>& stream, const std::vector<int64_t>& starts) {
+  Batch b;
+  std::tie(b.host_inputs, b.host_targets) = gather_text_batch(stream, starts, context_);
+  b.inputs = b.host_inputs.to(device_);
+  b.targets = b.host_targets.to(device_);
+  return b;
+}
+
+std::optional<Batch> TextScenario::next_batch() {
+  if (next_ >= planned_steps()) return std::nullopt;
+  const int64_t epoch = next_ / per_epoch_, batch = next_ % per_epoch_;
+  if (epoch != order_epoch_) {
+    order_.resize(size_t(windows_));
+    for (int64_t i = 0; i < windows_; ++i) order_[size_t(i)] = i;
+    Rng rng(config().seed, uint64_t(epoch) + 1);
+    shuffle(order_, rng);
+    order_epoch_ = epoch;
+  }
+  const int64_t bs = config().batch_size;
+  std::vector<int64_t> starts;
+  for (int64_t i = 0; i < bs; ++i) starts.push_back(order_[size_t(batch * bs + i)] * context_);
+  Batch b = make_batch(dataset_->text.train, starts);
+  b.step = next_++;
+  b.phase = 0;
+  b.epoch = epoch;
+  b.batch = batch;
+  return b;
+}
+
+std::vector<Batch> TextScenario::heldout(int64_t max_samples) {
+  std::vector<Batch> out;
+  const int64_t windows = std::min<int64_t>(max_samples, (int64_t(dataset_->text.heldout.size()) - 1) / context_);
+  const int64_t bs = config().batch_size;
+  for (int64_t begin = 0; begin < windows; begin += bs) {
+    std::vector<int64_t> starts;
+    for (int64_t i = begin; i < std::min(windows, begin + bs); ++i) starts.push_back(i * context_);
+    out.push_back(make_batch(dataset_->text.heldout, starts));
+  }
+  return out;
+}
+
+int64_t TextScenario::skip_batches(int64_t n) {
+  const int64_t skipped = std::max<int64_t>(0, std::min(n, planned_steps() - next_));
+  next_ += skipped;
+  return skipped;
+}
+
 namespace {
 
 struct Registered {
@@ -189,6 +280,9 @@ std::string scenario_class(const std::string& name) {
 
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config,
                                         std::shared_ptr<const Dataset> dataset) {
+  if (config.scenario == "standard" && config.dataset.kind == DatasetKind::kText) {
+    return std::make_unique<TextScenario>(config, std::move(dataset));
+  }
   if (config.scenario == "standard") return std::make_unique<StandardScenario>(config, std::move(dataset));
   return make_scenario(config);
 }

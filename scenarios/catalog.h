@@ -48,6 +48,42 @@ class StandardScenario : public Scenario {
   Schedule schedule_;
 };
 
+// The built-in text scenario (model kind "gpt" on dataset kind "text"): one
+// phase, "text", of protocol.epochs_per_phase epochs. The training stream is
+// cut into non-overlapping windows of context + 1 bytes; each epoch visits
+// them in a seeded order, batch_size windows per batch (max_batches_per_epoch
+// of them when set). A batch is (inputs, targets) = (window[0:T], window[1:T+1])
+// as (B, T) int64 token ids; the loss is gpt_loss (cross-entropy + z-loss).
+// Held-out batches are the held-out stream's windows in order.
+class TextScenario : public Scenario {
+ public:
+  TextScenario(const TrainingConfig& config, std::shared_ptr<const Dataset> dataset);
+
+  torch::nn::Module& model() override { return *model_; }
+  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
+  torch::Tensor forward(const torch::Tensor& inputs, const Tap& tap) override { return model_->forward(inputs, tap); }
+  torch::Tensor loss(const torch::Tensor& outputs, const torch::Tensor& targets) override;
+  std::optional<Batch> next_batch() override;
+  std::vector<Batch> heldout(int64_t max_samples) override;
+  int64_t skip_batches(int64_t n) override;
+  int64_t planned_steps() const override { return epochs_ * per_epoch_; }
+  std::vector<std::string> phase_names() const override { return {"text"}; }
+  int64_t num_classes() const override { return kTextVocab; }
+  torch::Device device() const override { return device_; }
+
+ private:
+  Batch make_batch(const std::vector<uint8_t>& stream, const std::vector<int64_t>& starts);
+
+  std::shared_ptr<const Dataset> dataset_;
+  torch::Device device_;
+  std::shared_ptr<TappedModel> model_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  int64_t context_, windows_, per_epoch_, epochs_;
+  int64_t next_ = 0;                  // batches handed out
+  int64_t order_epoch_ = -1;          // the epoch order_ is for
+  std::vector<int64_t> order_;        // window indices in this epoch's order
+};
+
 // A scenario of your own, by name: configs with "scenario": NAME build it
 // (run, sweep, shrink, doctor and guard then train your code). `params`
 // declares its knobs (config "params"): an unknown name, a wrong type or a
@@ -65,6 +101,11 @@ std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config);
 // The same, sharing a loaded dataset with the standard scenario.
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config,
                                         std::shared_ptr<const Dataset> dataset);
+
+// Builds (inputs (B, T) int64, targets (B, T) int64) on the CPU from window
+// starts into a byte stream: inputs stream[s : s+T], targets stream[s+1 : s+T+1].
+std::pair<torch::Tensor, torch::Tensor> gather_text_batch(const std::vector<uint8_t>& stream,
+                                                          const std::vector<int64_t>& starts, int64_t context);
 
 // Builds (inputs (B,1,28,28) float32 = pixel/255, targets (B) int64) on the
 // CPU from sample indices.

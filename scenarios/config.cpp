@@ -24,7 +24,8 @@ constexpr std::array<ActivationKind, 5> kActivationKinds = {
     ActivationKind::kTanh, ActivationKind::kSigmoid};
 constexpr std::array<OptimizerKind, 3> kOptimizerKinds = {OptimizerKind::kSgd, OptimizerKind::kAdam,
                                                           OptimizerKind::kAdamW};
-constexpr std::array<DatasetKind, 2> kDatasetKinds = {DatasetKind::kSynthetic, DatasetKind::kIdx};
+constexpr std::array<DatasetKind, 3> kDatasetKinds = {DatasetKind::kSynthetic, DatasetKind::kIdx, DatasetKind::kText};
+constexpr std::array<Precision, 3> kPrecisions = {Precision::kFp32, Precision::kBf16, Precision::kFp16};
 constexpr std::array<DeviceKind, 2> kDeviceKinds = {DeviceKind::kCpu, DeviceKind::kCuda};
 constexpr std::array<StopAt, 2> kStopAts = {StopAt::kNonFinite, StopAt::kExtreme};
 constexpr std::array<ScheduleKind, 4> kScheduleKinds = {ScheduleKind::kConstant, ScheduleKind::kLinear,
@@ -52,7 +53,23 @@ const char* to_string(OptimizerKind k) {
   return "?";
 }
 
-const char* to_string(DatasetKind k) { return k == DatasetKind::kSynthetic ? "synthetic" : "idx"; }
+const char* to_string(DatasetKind k) {
+  switch (k) {
+    case DatasetKind::kSynthetic: return "synthetic";
+    case DatasetKind::kIdx: return "idx";
+    case DatasetKind::kText: return "text";
+  }
+  return "?";
+}
+
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+  }
+  return "?";
+}
 const char* to_string(DeviceKind k) { return k == DeviceKind::kCpu ? "cpu" : "cuda"; }
 const char* to_string(StopAt k) { return k == StopAt::kNonFinite ? "non_finite" : "extreme"; }
 
@@ -94,7 +111,7 @@ void add_scenario_name(const std::string& name) {
 }
 
 const std::vector<std::string>& model_kinds() {
-  static const std::vector<std::string> kinds = {"simple_cnn", "mlp"};
+  static const std::vector<std::string> kinds = {"simple_cnn", "mlp", "gpt"};
   return kinds;
 }
 
@@ -290,6 +307,13 @@ void each_field(Config& c, V& v) {
   v.text("model.kind", c.model.kind);
   v.integer("model.mlp_depth", c.model.mlp_depth, 1, 64);
   v.integer("model.mlp_width", c.model.mlp_width, 1, 65536);
+  v.integer("model.gpt.width", c.model.gpt.width, 8, 8192, "a multiple of model.gpt.heads, e.g. 128");
+  v.integer("model.gpt.layers", c.model.gpt.layers, 1, 64);
+  v.integer("model.gpt.heads", c.model.gpt.heads, 1, 128);
+  v.integer("model.gpt.context", c.model.gpt.context, 2, 8192, "tokens per sequence, e.g. 64");
+  v.flag("model.gpt.qk_layernorm", c.model.gpt.qk_layernorm);
+  v.number("model.gpt.z_loss", c.model.gpt.z_loss, closed(0, 1), "Wortsman et al. use 1e-4; 0 is off");
+  v.flag("model.gpt.tied_embeddings", c.model.gpt.tied_embeddings);
   v.choice("activation.kind", c.activation.kind, kActivationKinds);
   v.number("activation.slope", c.activation.slope, closed(0, 1),
            "LeakyReLU slopes are small positive numbers such as 0.01");
@@ -301,6 +325,7 @@ void each_field(Config& c, V& v) {
   v.pair("optimizer.betas", c.optimizer.betas, below(0, 1),
          {"Adam's beta1 is usually 0.9", "Adam's beta2 is usually 0.999"});
   v.number("optimizer.eps", c.optimizer.eps, above(0, 1), "Adam's eps is usually 1e-8");
+  v.flag("optimizer.independent_weight_decay", c.optimizer.independent_weight_decay);
   v.class_lists("protocol.domains", c.protocol.domains);
   v.integers("protocol.task_order", c.protocol.task_order);
   v.integer("protocol.epochs_per_phase", c.protocol.epochs_per_phase, 1, 1000);
@@ -309,6 +334,7 @@ void each_field(Config& c, V& v) {
   v.text("dataset.path", c.dataset.path);
   v.integer("dataset.synthetic_train_per_class", c.dataset.synthetic_train_per_class, 1, 100000);
   v.integer("dataset.synthetic_test_per_class", c.dataset.synthetic_test_per_class, 1, 100000);
+  v.text("dataset.text_path", c.dataset.text_path);
   v.integer("health.window", c.health.window, 2, 10000);
   v.number("health.spike_z", c.health.spike_z, at_least(0), "0 disables the spike rules");
   v.number("health.loss_limit", c.health.loss_limit, at_least(0), kRuleOff);
@@ -333,6 +359,8 @@ void each_field(Config& c, V& v) {
   v.integer("health.sigma_window", c.health.sigma_window, 2, 100000);
   v.number("health.loss_sigma_floor", c.health.loss_sigma_floor, at_least(0), "0: no floor");
   v.number("health.grad_norm_sigma_floor", c.health.grad_norm_sigma_floor, at_least(0), "0: no floor");
+  v.number("health.attention_logit_limit", c.health.attention_logit_limit, at_least(0), kRuleOff);
+  v.number("health.logit_z_limit", c.health.logit_z_limit, at_least(0), kRuleOff);
   v.choice("health.stop_at", c.health.stop_at, kStopAts);
   v.choice("schedule.kind", c.schedule.kind, kScheduleKinds);
   v.integer("schedule.warmup_steps", c.schedule.warmup_steps, 0, 1000000000, "0: no warm-up");
@@ -347,6 +375,7 @@ void each_field(Config& c, V& v) {
   v.number("grad_clip", c.grad_clip, at_least(0), "0 disables clipping; 1.0 is common");
   v.integer("accumulation_steps", c.accumulation_steps, 1, 4096, "1 steps the optimizer after every batch");
   v.choice("device", c.device, kDeviceKinds);
+  v.choice("precision", c.precision, kPrecisions);
   v.integer("threads", c.threads, 1, 1024);
 }
 
@@ -734,7 +763,7 @@ std::vector<Problem> validate(const TrainingConfig& c) {
   }
   const auto& models = model_kinds();
   if (std::find(models.begin(), models.end(), c.model.kind) == models.end()) {
-    k.fail("model.kind", "\"" + c.model.kind + "\"", "is not a built-in model (simple_cnn | mlp)",
+    k.fail("model.kind", "\"" + c.model.kind + "\"", "is not a built-in model (simple_cnn | mlp | gpt)",
            did_you_mean(c.model.kind, models));
   }
   each_field(c, k);
@@ -785,6 +814,32 @@ std::vector<Problem> validate(const TrainingConfig& c) {
   if (c.optimizer.lr > 0 && c.schedule.min_lr > c.optimizer.lr && std::isfinite(c.schedule.min_lr)) {
     k.fail("schedule.min_lr", num(c.schedule.min_lr), "is above optimizer.lr = " + num(c.optimizer.lr),
            "the decay ends at min_lr: give a value at most the learning rate, e.g. 0");
+  }
+  const bool text = c.dataset.kind == DatasetKind::kText;
+  if (c.scenario == "standard" && (c.model.kind == "gpt") != text) {
+    if (text) {
+      k.fail("model.kind", "\"" + c.model.kind + "\"", "cannot read the text dataset (its inputs are token ids)",
+             "use \"model\": {\"kind\": \"gpt\"} with \"dataset\": {\"kind\": \"text\"}");
+    } else {
+      k.fail("model.kind", "\"gpt\"", "needs dataset.kind \"text\", not \"" + std::string(to_string(c.dataset.kind)) + "\"",
+             "set \"dataset\": {\"kind\": \"text\"} (the fortunes files, or dataset.text_path)");
+    }
+  }
+  const GptConfig& g = c.model.gpt;
+  if (g.heads > 0 && g.width % g.heads != 0) {
+    k.fail("model.gpt.width", std::to_string(g.width), "is not a multiple of model.gpt.heads = " + std::to_string(g.heads),
+           "each head takes width / heads channels, e.g. width 128 with 4 heads");
+  }
+  if (text && c.dataset.text_path.empty()) {
+    k.fail("dataset.text_path", "\"\"", "is empty", "give a text file or a directory of them, e.g. /usr/share/games/fortunes");
+  }
+  if (c.optimizer.independent_weight_decay && c.optimizer.kind != OptimizerKind::kAdamW) {
+    k.fail("optimizer.independent_weight_decay", "true", "needs optimizer.kind \"adamw\", not \"" +
+           std::string(to_string(c.optimizer.kind)) + "\"", "set it to false, or use adamw");
+  }
+  if (c.precision == Precision::kFp16 && c.device != DeviceKind::kCuda) {
+    k.fail("precision", "\"fp16\"", "needs device \"cuda\" (LibTorch's CPU autocast has no fp16)",
+           "use \"precision\": \"bf16\" on the CPU");
   }
   check_params(c, &problems);
   return problems;
@@ -959,7 +1014,16 @@ std::string describe_optimizer(const OptimizerConfig& o) {
   } else {
     s += " betas=(" + g(o.betas[0]) + "," + g(o.betas[1]) + ") eps=" + g(o.eps);
   }
-  if (o.weight_decay > 0) s += " weight_decay=" + g(o.weight_decay);
+  if (o.weight_decay > 0) s += " weight_decay=" + g(o.weight_decay) + (o.independent_weight_decay ? " (independent)" : "");
+  return s;
+}
+
+std::string describe_gpt(const GptConfig& m) {
+  std::string s = "width " + std::to_string(m.width) + ", " + std::to_string(m.layers) + " layers, " +
+                  std::to_string(m.heads) + " heads, context " + std::to_string(m.context);
+  if (m.qk_layernorm) s += ", qk-layernorm";
+  if (m.z_loss > 0) s += ", z-loss " + g(m.z_loss);
+  if (m.tied_embeddings) s += ", tied embeddings";
   return s;
 }
 

@@ -21,18 +21,32 @@ namespace spikehunt {
 
 enum class ActivationKind { kRelu, kLeakyRelu, kGelu, kTanh, kSigmoid };
 enum class OptimizerKind { kSgd, kAdam, kAdamW };
-enum class DatasetKind { kSynthetic, kIdx };
+enum class DatasetKind { kSynthetic, kIdx, kText };
 enum class DeviceKind { kCpu, kCuda };
 enum class StopAt { kNonFinite, kExtreme };
 enum class ScheduleKind { kConstant, kLinear, kCosine, kStep };
 enum class ParamType { kNumber, kInteger, kBoolean, kString, kList };
+enum class Precision { kFp32, kBf16, kFp16 };
 
-constexpr int64_t kNumClasses = 10;  // every built-in dataset has 10 classes
+constexpr int64_t kNumClasses = 10;  // every built-in image dataset has 10 classes
+constexpr int64_t kTextVocab = 256;  // the text dataset's tokens are bytes
+
+// A decoder-only transformer (model kind "gpt", on a text dataset).
+struct GptConfig {
+  int64_t width = 128;          // residual width, a multiple of heads, [8, 8192]
+  int64_t layers = 2;           // blocks, [1, 64]
+  int64_t heads = 4;            // attention heads, [1, 128]
+  int64_t context = 64;         // tokens per sequence, [2, 8192]
+  bool qk_layernorm = false;    // LayerNorm on each head's queries and keys (Wortsman et al. 2023)
+  double z_loss = 0.0;          // loss += z_loss × mean(log² Z) over tokens; 1e-4 in Wortsman et al., [0, 1]
+  bool tied_embeddings = false; // the output layer reuses the token embedding
+};
 
 struct ModelConfig {
-  std::string kind = "simple_cnn";  // simple_cnn | mlp
+  std::string kind = "simple_cnn";  // simple_cnn | mlp | gpt
   int64_t mlp_depth = 2;            // mlp hidden layers, [1, 64]
   int64_t mlp_width = 128;          // mlp units per hidden layer, [1, 65536]
+  GptConfig gpt;                    // gpt
 };
 
 struct ActivationConfig {
@@ -48,6 +62,9 @@ struct OptimizerConfig {
   double weight_decay = 0.0;                   // [0, 1]
   std::array<double, 2> betas = {0.9, 0.999};  // adam/adamw, each [0, 1)
   double eps = 1e-8;                           // adam/adamw, (0, 1]
+  // adamw: decay by the schedule's factor × weight_decay each step, not by
+  // lr × weight_decay (Wortsman et al.'s independent decay; 1e-4 is theirs).
+  bool independent_weight_decay = false;
 };
 
 struct ProtocolConfig {
@@ -63,6 +80,9 @@ struct DatasetConfig {
   std::string path = "/usr/share/datasets/fashion-mnist";  // idx directory (kind idx)
   int64_t synthetic_train_per_class = 500;  // synthetic: training images per class, [1, 100000]
   int64_t synthetic_test_per_class = 100;   // synthetic: held-out images per class, [1, 100000]
+  // text: a file, or a directory whose regular files (not symlinks, not
+  // *.dat) are read in name order; bytes are the tokens.
+  std::string text_path = "/usr/share/games/fortunes";
 };
 
 // The health rules (harness/health.h). Each rule is named after its field;
@@ -101,6 +121,10 @@ struct HealthRules {
   int64_t sigma_window = 128;           // [2, 100000]
   double loss_sigma_floor = 0.0;        // loss_sigma fires only above this loss
   double grad_norm_sigma_floor = 0.0;   // grad_norm_sigma fires only above this norm
+  // Transformers: taps named "*attn_logits" (max |q·k/√d| before the
+  // softmax) and "*_z" (log-sum-exp of the output logits, per token).
+  double attention_logit_limit = 1e3;   // max |attention logit| (Wortsman: every run past 1e4 diverged)
+  double logit_z_limit = 50.0;          // max |log Z| of the output logits (output-logit divergence)
   StopAt stop_at = StopAt::kNonFinite;  // stop the burst at the first such step
 };
 
@@ -182,6 +206,9 @@ struct TrainingConfig {
   double grad_clip = 0.0;             // max global grad norm; 0: no clipping
   int64_t accumulation_steps = 1;     // micro-batches per optimizer step (gradients summed, loss / k), [1, 4096]
   DeviceKind device = DeviceKind::kCpu;
+  // fp32; bf16: forward and loss under autocast (fp32 master weights);
+  // fp16: the same with dynamic loss scaling (a CUDA device only).
+  Precision precision = Precision::kFp32;
   int64_t threads = 2;                // LibTorch intra-op threads, [1, 1024]
 };
 
@@ -193,6 +220,7 @@ const char* to_string(DeviceKind k);
 const char* to_string(StopAt k);
 const char* to_string(ScheduleKind k);
 const char* to_string(ParamType t);
+const char* to_string(Precision p);
 const std::vector<std::string>& model_kinds();  // the built-in models
 // The scenario names a config may use: "standard" and every register_scenario() name.
 const std::vector<std::string>& scenario_names();
@@ -233,6 +261,7 @@ void save_config(const TrainingConfig& c, const std::string& path);
 // Short one-line summaries for reports, e.g. "sgd lr=0.05 momentum=0.9".
 std::string describe_optimizer(const OptimizerConfig& o);
 std::string describe_activation(const ActivationConfig& a);
+std::string describe_gpt(const GptConfig& g);  // "width 128, 2 layers, 4 heads, context 64, qk-layernorm"
 std::string describe_protocol(const ProtocolConfig& p);
 std::string describe_schedule(const ScheduleConfig& s);  // "" for a constant lr
 std::string describe_params(const Params& p);             // "warmup=30 dropout=0.1"

@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstring>
 #include <sys/stat.h>
 
@@ -274,8 +275,56 @@ Dataset make_synthetic_dataset(int64_t train_per_class, int64_t test_per_class) 
   return d;
 }
 
+// ---- text ----
+
+TextSet split_text(const std::string& bytes) {
+  TextSet t;
+  for (size_t begin = 0, block = 0; begin < bytes.size(); begin += kTextBlock, ++block) {
+    const size_t end = std::min(bytes.size(), begin + size_t(kTextBlock));
+    std::vector<uint8_t>& to = (block % kTextHeldoutEvery == kTextHeldoutEvery - 1) ? t.heldout : t.train;
+    to.insert(to.end(), bytes.begin() + long(begin), bytes.begin() + long(end));
+  }
+  return t;
+}
+
+Dataset load_text_dataset(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) {
+    throw InputError(path, "dataset.text_path", "\"" + path + "\"", "does not exist",
+                     "give a text file or a directory of them (scripts/setup.sh installs the fortunes files)");
+  }
+  std::vector<std::string> files;
+  if (fs::is_directory(st)) {
+    for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
+      const std::string name = e.path().filename().string();
+      if (e.is_symlink() || !e.is_regular_file() || name.empty() || name[0] == '.') continue;
+      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".dat") == 0) continue;
+      files.push_back(e.path().string());
+    }
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  std::string bytes;
+  for (const std::string& f : files) bytes += read_file(f, uint64_t{1} << 31);
+  if (int64_t(bytes.size()) < kTextHeldoutEvery * kTextBlock) {
+    throw InputError(path, "dataset.text_path", "\"" + path + "\"",
+                     "holds " + std::to_string(bytes.size()) + " bytes of text in " + std::to_string(files.size()) +
+                         " files, fewer than " + std::to_string(kTextHeldoutEvery * kTextBlock),
+                     "give at least 20 KiB of text: every 20th KiB is held out");
+  }
+  Dataset d;
+  d.text = split_text(bytes);
+  d.text.files = std::move(files);
+  d.source = path;
+  return d;
+}
+
 Dataset load_dataset(const DatasetConfig& config) {
   if (config.kind == DatasetKind::kIdx) return load_idx_dataset(config.path);
+  if (config.kind == DatasetKind::kText) return load_text_dataset(config.text_path);
   return make_synthetic_dataset(config.synthetic_train_per_class, config.synthetic_test_per_class);
 }
 

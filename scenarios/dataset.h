@@ -1,5 +1,6 @@
 // dataset.h — labelled 28×28 grayscale images, from idx files (MNIST /
-// Fashion-MNIST format, raw or gzip) or from the built-in synthetic set.
+// Fashion-MNIST format, raw or gzip) or from the built-in synthetic set; and
+// byte-level text (kind "text": the fortunes files or a user's own).
 // Readers validate magic numbers, dimensions and counts; a truncated or
 // corrupt file is an InputError naming the file.
 // Example:
@@ -35,10 +36,23 @@ struct ImageSet {
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
 };
 
+// Byte-level text: each byte is a token (vocabulary kTextVocab). The stream
+// is cut into blocks of kTextBlock bytes; every kTextHeldoutEvery-th block is
+// held out, the rest is the training stream (the same split for every seed).
+constexpr int64_t kTextBlock = 1024;
+constexpr int64_t kTextHeldoutEvery = 20;
+struct TextSet {
+  std::vector<uint8_t> train;
+  std::vector<uint8_t> heldout;
+  std::vector<std::string> files;  // what was read, in order
+  int64_t bytes() const { return int64_t(train.size() + heldout.size()); }
+};
+
 struct Dataset {
   ImageSet train;
   ImageSet test;         // held out
-  std::string source;    // "synthetic" or the idx directory
+  TextSet text;          // kind text (train and test are then empty)
+  std::string source;    // "synthetic", the idx directory, or the text path
 };
 
 // An idx directory holding train-images-idx3-ubyte, train-labels-idx1-ubyte,
@@ -50,6 +64,13 @@ Dataset load_idx_dataset(const std::string& dir);
 // noise. Fixed data seed: the same images for every training seed. Learnable
 // (a small CNN separates the classes in a few hundred steps) and needs no files.
 Dataset make_synthetic_dataset(int64_t train_per_class, int64_t test_per_class);
+
+// A text file, or every regular file of a directory in name order (symlinks
+// and fortune's *.dat indexes skipped), split as TextSet says. An InputError
+// names the path when it is missing, unreadable or holds under 2 blocks.
+Dataset load_text_dataset(const std::string& path);
+// Splits a byte stream as TextSet says.
+TextSet split_text(const std::string& bytes);
 
 Dataset load_dataset(const DatasetConfig& config);
 

@@ -1,5 +1,8 @@
 #include "scenarios/models.h"
 
+#include <cmath>
+#include <limits>
+
 #include "scenarios/stats_kernels.h"
 
 namespace spikehunt {
@@ -104,6 +107,94 @@ torch::Tensor Mlp::forward(const torch::Tensor& x, const Tap& tap) {
 
 std::vector<std::string> Mlp::tap_names() const { return tap_names_; }
 
+// ---- gpt ----
+
+Gpt::Gpt(const GptConfig& config, int64_t vocab) : config_(config), vocab_(vocab) {
+  const int64_t c = config.width;
+  const int64_t d = c / config.heads;
+  tokens_ = register_module("tok_emb", torch::nn::Embedding(vocab, c));
+  positions_ = register_module("pos_emb", torch::nn::Embedding(config.context, c));
+  for (int64_t i = 0; i < config.layers; ++i) {
+    const std::string p = "block" + std::to_string(i);
+    Block b;
+    b.ln1 = register_module(p + "_ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})));
+    b.qkv = register_module(p + "_qkv", torch::nn::Linear(c, 3 * c));
+    if (config.qk_layernorm) {
+      b.q_ln = register_module(p + "_q_ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+      b.k_ln = register_module(p + "_k_ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+    }
+    b.proj = register_module(p + "_proj", torch::nn::Linear(c, c));
+    b.ln2 = register_module(p + "_ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})));
+    b.fc = register_module(p + "_fc", torch::nn::Linear(c, 4 * c));
+    b.out = register_module(p + "_out", torch::nn::Linear(4 * c, c));
+    b.attn_name = p + "_attn_logits";
+    b.mlp_name = p + "_mlp_act";
+    b.resid_name = p + "_resid";
+    blocks_.push_back(std::move(b));
+  }
+  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})));
+  if (!config.tied_embeddings) head_ = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(c, vocab).bias(false)));
+  torch::NoGradGuard no_grad;
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    if (name.find("_ln") != std::string::npos || name.rfind("ln_f", 0) == 0) continue;  // LayerNorms keep (1, 0)
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) item.value().zero_();
+    else item.value().normal_(0.0, 0.02);
+  }
+}
+
+torch::Tensor Gpt::forward(const torch::Tensor& tokens, const Tap& tap) {
+  const int64_t b = tokens.size(0), t = tokens.size(1), c = config_.width, h = config_.heads, d = c / h;
+  const torch::Tensor pos = torch::arange(t, torch::TensorOptions().dtype(torch::kInt64).device(tokens.device()));
+  torch::Tensor x = tokens_->forward(tokens) + positions_->forward(pos);  // (B, T, C)
+  const torch::Tensor future =
+      torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(tokens.device())).triu(1);
+  const double scale = 1.0 / std::sqrt(double(d));
+  for (Block& blk : blocks_) {
+    const std::vector<torch::Tensor> qkv = blk.qkv->forward(blk.ln1->forward(x)).split(c, -1);
+    torch::Tensor q = qkv[0].view({b, t, h, d}).transpose(1, 2);  // (B, H, T, D)
+    torch::Tensor k = qkv[1].view({b, t, h, d}).transpose(1, 2);
+    const torch::Tensor v = qkv[2].view({b, t, h, d}).transpose(1, 2);
+    if (config_.qk_layernorm) {  // in fp32: CPU autocast leaves layer_norm alone, and its weights are fp32
+      q = blk.q_ln->forward(q.to(torch::kFloat32));
+      k = blk.k_ln->forward(k.to(torch::kFloat32));
+    }
+    const torch::Tensor logits = torch::matmul(q, k.transpose(-2, -1)) * scale;  // (B, H, T, T)
+    if (tap.on()) tap(blk.attn_name.c_str(), logits.masked_fill(future, 0.0));
+    const torch::Tensor att = torch::softmax(logits.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
+    const torch::Tensor y = torch::matmul(att, v).transpose(1, 2).reshape({b, t, c});
+    x = x + blk.proj->forward(y);
+    torch::Tensor m = torch::gelu(blk.fc->forward(blk.ln2->forward(x)));
+    tap(blk.mlp_name.c_str(), m);
+    x = x + blk.out->forward(m);
+    tap(blk.resid_name.c_str(), x);
+  }
+  x = ln_f_->forward(x);
+  torch::Tensor logits = head_ ? head_->forward(x) : torch::matmul(x, tokens_->weight.t());  // (B, T, V)
+  tap("out_logits", logits);
+  if (tap.on()) {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor z = torch::logsumexp(logits.detach().to(torch::kFloat32), -1);  // (B, T)
+    tap("out_z", z);
+    tap("out_z_mean", z.mean());
+  }
+  return logits;
+}
+
+std::vector<std::string> Gpt::tap_names() const {
+  std::vector<std::string> names;
+  for (const Block& b : blocks_) names.insert(names.end(), {b.attn_name, b.mlp_name, b.resid_name});
+  names.insert(names.end(), {"out_logits", "out_z", "out_z_mean"});
+  return names;
+}
+
+torch::Tensor gpt_loss(const torch::Tensor& logits, const torch::Tensor& targets, double z_loss) {
+  const torch::Tensor flat = logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32);
+  torch::Tensor loss = torch::nn::functional::cross_entropy(flat, targets.reshape({-1}));
+  if (z_loss > 0) loss = loss + z_loss * torch::logsumexp(flat, -1).pow(2).mean();
+  return loss;
+}
+
 // ---- factory ----
 
 std::shared_ptr<TappedModel> make_model(const TrainingConfig& config) {
@@ -112,6 +203,7 @@ std::shared_ptr<TappedModel> make_model(const TrainingConfig& config) {
     return std::make_shared<Mlp>(config.activation, config.model.mlp_depth, config.model.mlp_width);
   }
   if (config.model.kind == "simple_cnn") return std::make_shared<SimpleCnn>(config.activation);
+  if (config.model.kind == "gpt") return std::make_shared<Gpt>(config.model.gpt);
   throw InputError("config", "model.kind", config.model.kind, "is not a built-in model");
 }
 

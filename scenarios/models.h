@@ -4,6 +4,15 @@
 //               421,642 parameters. Taps conv1_act, conv2_act, fc1_act, fc2_logits.
 //   mlp:        784 → width (× depth, each followed by the activation) → 10.
 //               Taps fc1_act … fcD_act, out_logits.
+//   gpt:        decoder-only transformer on byte tokens (GptConfig): token and
+//               learned position embeddings; per block pre-LayerNorm causal
+//               self-attention (own implementation, optional qk-LayerNorm per
+//               head) and a pre-LayerNorm GELU MLP (4 × width); final
+//               LayerNorm; a bias-free head (optionally tied). Weights N(0, 0.02),
+//               biases 0. Taps per block i: block{i}_attn_logits (q·k/√d before
+//               the softmax, future positions as 0), block{i}_mlp_act,
+//               block{i}_resid (the residual stream after the block); then
+//               out_logits, out_z (log-sum-exp per token) and out_z_mean.
 #pragma once
 
 #include <memory>
@@ -51,6 +60,32 @@ class Mlp : public TappedModel {
   std::vector<std::string> tap_names_;
   torch::nn::Linear out_{nullptr};
 };
+
+class Gpt : public TappedModel {
+ public:
+  explicit Gpt(const GptConfig& config, int64_t vocab = kTextVocab);
+  // tokens (B, T) int64 → logits (B, T, vocab).
+  torch::Tensor forward(const torch::Tensor& tokens, const Tap& tap) override;
+  std::vector<std::string> tap_names() const override;
+  const GptConfig& config() const { return config_; }
+
+ private:
+  struct Block {
+    torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr}, q_ln{nullptr}, k_ln{nullptr};
+    torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc{nullptr}, out{nullptr};
+    std::string attn_name, mlp_name, resid_name;
+  };
+  GptConfig config_;
+  int64_t vocab_;
+  torch::nn::Embedding tokens_{nullptr}, positions_{nullptr};
+  std::vector<Block> blocks_;
+  torch::nn::LayerNorm ln_f_{nullptr};
+  torch::nn::Linear head_{nullptr};  // null when tied
+};
+
+// The GPT's loss: mean cross-entropy over every token (in fp32) plus
+// z_loss × mean(log² Z), Z the softmax's normalizer (Wortsman et al.'s z-loss).
+torch::Tensor gpt_loss(const torch::Tensor& logits, const torch::Tensor& targets, double z_loss);
 
 // Builds config.model with config.activation, initialized from
 // torch::manual_seed(config.seed) on the CPU (so the init is the same on every device).

@@ -35,11 +35,13 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& o
                                  .eps(o.eps)
                                  .weight_decay(o.weight_decay));
     case OptimizerKind::kAdamW:
+      // LibTorch's AdamW multiplies θ by 1 − lr·λ; with independent decay the
+      // group's λ is weight_decay / lr, so a scheduled lr gives 1 − factor·weight_decay.
       return std::make_unique<torch::optim::AdamW>(
           std::move(params), torch::optim::AdamWOptions(o.lr)
                                  .betas({o.betas[0], o.betas[1]})
                                  .eps(o.eps)
-                                 .weight_decay(o.weight_decay));
+                                 .weight_decay(o.independent_weight_decay ? o.weight_decay / o.lr : o.weight_decay));
   }
   throw std::logic_error("unknown optimizer kind");
 }

@@ -10,7 +10,7 @@ packages=(
   libtorch-dev libopenblas0-openmp
   librapidcheck-dev libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
-  dataset-fashion-mnist
+  dataset-fashion-mnist fortunes
   libxxhash-dev nlohmann-json3-dev libcli11-dev libsqlite3-dev zlib1g-dev
   libjs-dygraphs chromium
 )

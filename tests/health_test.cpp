@@ -420,3 +420,43 @@ TEST(Health, ANonFiniteOnsetWithoutPrecursorNamesTheNonFiniteTensorsInForwardOrd
 
 }  // namespace
 }  // namespace spikehunt
+
+namespace spikehunt {
+namespace {
+
+TEST(Health, TransformerRulesReadAttentionLogitAndLogZTapsByName) {
+  const HealthRules rules;
+  auto with_taps = [](std::vector<TapStats> taps) {
+    StepRecord r = step(0);
+    r.taps = std::move(taps);
+    for (const TapStats& t : r.taps) r.activation_max = std::max(r.activation_max, t.max_abs);
+    return r;
+  };
+  HealthJudge judge(rules);
+  const StepRecord calm = judged(judge, with_taps({{"block0_attn_logits", 30}, {"out_z", 9}, {"out_z_mean", 6}}));
+  EXPECT_EQ(calm.health, Health::kFinite) << calm.rules.size();
+
+  const StepRecord attn = judged(judge, with_taps({{"block0_attn_logits", 20}, {"block1_attn_logits", 2 * rules.attention_logit_limit}}));
+  EXPECT_TRUE(fired(attn, "attention_logit_limit"));
+  ASSERT_FALSE(attn.hits.empty());
+  EXPECT_EQ(attn.hits[0].value, 2 * rules.attention_logit_limit) << "the largest over every layer's tap";
+  EXPECT_EQ(attn.hits[0].threshold, rules.attention_logit_limit);
+
+  const StepRecord z = judged(judge, with_taps({{"out_z", 2 * rules.logit_z_limit}}));
+  EXPECT_TRUE(fired(z, "logit_z_limit"));
+  EXPECT_FALSE(fired(z, "attention_logit_limit"));
+
+  // The same magnitudes under other names are activations, not attention logits or log Z.
+  const StepRecord other = judged(judge, with_taps({{"fc1_act", 2 * rules.attention_logit_limit}, {"out_z_mean", 2 * rules.logit_z_limit}}));
+  EXPECT_FALSE(fired(other, "attention_logit_limit"));
+  EXPECT_FALSE(fired(other, "logit_z_limit"));
+
+  HealthRules off;
+  off.attention_logit_limit = 0;
+  off.logit_z_limit = 0;
+  HealthJudge quiet(off);
+  EXPECT_EQ(judged(quiet, with_taps({{"block0_attn_logits", 5000}, {"out_z", 500}})).health, Health::kFinite);
+}
+
+}  // namespace
+}  // namespace spikehunt
