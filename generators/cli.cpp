@@ -1,6 +1,7 @@
 #include "generators/cli.h"
 
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "generators/html_report.h"
+#include "generators/lr_sensitivity.h"
 #include "generators/sweep.h"
 #include "harness/child.h"
 #include "scenarios/error.h"
@@ -136,6 +138,54 @@ void add_generator_verbs(Cli& cli) {
   shrink_cmd->add_option("--timeout", k->timeout, "Per-burst timeout")->capture_default_str();
   shrink_cmd->add_option("--out", k->out, "Folder for the minimal config and repro (default: results/shrink-<hash>)");
 
+
+  struct LrArgs {
+    std::string config, lrs, timeout = "10m", out = "results/lr-sensitivity";
+    std::vector<std::string> sets, vary;
+    int64_t heldout = 256;
+    int jobs = 2;
+  };
+  auto l = std::make_shared<LrArgs>();
+  CLI::App* lr = cli.verb(
+      "lr-sensitivity", "Train one config over a grid of peak learning rates per variant; final loss per LR and LR sensitivity",
+      [l] {
+        check_positive("lr-sensitivity", "-j", l->jobs);
+        check_positive("lr-sensitivity", "--heldout", l->heldout);
+        LrSensitivityOptions o;
+        o.source = l->config;
+        o.config = load_config(l->config, l->sets);
+        for (const std::string& v : l->vary) o.vary.push_back(parse_vary(v));
+        if (!l->lrs.empty()) {
+          o.lrs.clear();
+          for (size_t begin = 0; begin <= l->lrs.size();) {
+            const size_t comma = std::min(l->lrs.find(',', begin), l->lrs.size());
+            const std::string item = l->lrs.substr(begin, comma - begin);
+            char* end = nullptr;
+            const double x = std::strtod(item.c_str(), &end);
+            if (item.empty() || end == nullptr || *end != '\0' || !(x > 0) || !(x <= 10)) {
+              throw flag_error("lr-sensitivity", "--lrs", l->lrs, "holds \"" + item + "\", not a learning rate in (0, 10]",
+                               "e.g. --lrs 3e-4,1e-3,3e-3");
+            }
+            o.lrs.push_back(x);
+            begin = comma + 1;
+          }
+        }
+        o.heldout = l->heldout;
+        o.jobs = l->jobs;
+        o.timeout_seconds = parse_duration(l->timeout, "lr-sensitivity", "--timeout");
+        o.out_dir = l->out;
+        return run_lr_sensitivity(o, std::cout);
+      });
+  lr->add_option("--config", l->config, "The config JSON to train at every point (e.g. configs/gpt.json)")->required();
+  lr->add_option("--set", l->sets, "Override one field of it, e.g. --set max_batches_per_epoch=100 (repeatable)");
+  lr->add_option("--vary", l->vary,
+                 "A field and its values, e.g. --vary model.gpt.qk_layernorm=false,true (repeatable: variants multiply)");
+  lr->add_option("--lrs", l->lrs, "Peak learning rates, comma-separated (default: Wortsman et al.'s 3e-4,1e-3,...,3e-1)");
+  lr->add_option("--heldout", l->heldout, "Held-out samples (sequences) for the losses at init and at the end")
+      ->capture_default_str();
+  lr->add_option("-j,--jobs", l->jobs, "Bursts at once, each in its own process")->capture_default_str();
+  lr->add_option("--timeout", l->timeout, "Per-burst timeout: a burst past it is a timeout verdict")->capture_default_str();
+  lr->add_option("--out", l->out, "Folder for sweep.db and lr_sensitivity.json")->capture_default_str();
 
   auto report_dir = std::make_shared<std::string>("results/sweep");
   auto report_out = std::make_shared<std::string>();

@@ -1,5 +1,7 @@
 #include "generators/html_report.h"
 
+#include "generators/lr_sensitivity.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -204,6 +206,14 @@ constexpr const char* kScript = R"(
                                {step: f.failure, label: 'first non-finite', color: '#c00020', row: 1}])
     });
   });
+  if (data.lr && data.lr.rows.length) {
+    draw('lr', data.lr.rows, {
+      labels: data.lr.labels, drawPoints: true, pointSize: 3, strokeWidth: 1.5, legend: 'always',
+      axes: {x: {logscale: true, axisLabelFormatter: exp}}, xRangePad: 12,
+      xlabel: 'peak learning rate (log scale)', ylabel: 'final held-out loss',
+      colors: ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b', '#e377c2', '#7f7f7f']
+    });
+  }
   document.body.dataset.charts = JSON.stringify(status);
   document.body.dataset.errors = JSON.stringify(window.spikehuntErrors);
 })();
@@ -215,6 +225,83 @@ std::string dygraphs_dir() {
   const char* env = std::getenv("SPIKEHUNT_DYGRAPHS_DIR");
   return env != nullptr && *env != '\0' ? env : "/usr/share/javascript/dygraphs";
 }
+
+namespace {
+
+std::string page_head(const std::string& title, const std::string& dygraph_js, const std::string& dygraph_css) {
+  return "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" + escape(title) +
+         "</title>\n<script>window.spikehuntErrors = [];\nwindow.addEventListener('error', function (e) { "
+         "window.spikehuntErrors.push(String(e.message)); });</script>\n<style>" +
+         dygraph_css + "\n" + kStyle + "</style>\n<script>" + dygraph_js + "</script>\n</head><body>\n";
+}
+
+std::string short_g(double v) {
+  if (!std::isfinite(v)) return v > 0 ? "inf" : "nan";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+// An lr-sensitivity database: the loss-vs-LR chart (one line per variant,
+// log x, as in Wortsman et al.'s first figure) and each variant's table.
+ReportFacts write_lr_report(const std::string& dir, const std::string& out_path, const SweepStore& store,
+                            const json& spec, const std::string& dygraph_js, const std::string& dygraph_css) {
+  const std::vector<LrCurve> curves = lr_curves_from(spec, store.runs("lr"));
+  const std::vector<double> lrs = spec.at("lr_sensitivity").at("lrs").get<std::vector<double>>();
+  ReportFacts facts;
+  facts.path = out_path.empty() ? (fs::path(dir) / "report.html").string() : out_path;
+  std::ostringstream h;
+  h << page_head("spikehunt lr-sensitivity: " + dir, dygraph_js, dygraph_css);
+  h << "<h1>spikehunt lr-sensitivity</h1>\n<p class=\"meta\">" << escape(dir) << " · spikehunt " << kVersion << "</p>\n";
+  h << "<p>Each point trains the same config with this peak learning rate (the schedule's peak) and measures the "
+       "held-out loss at the end. LR sensitivity is the mean over the grid of min(final loss, loss at init) − the best "
+       "final loss (Wortsman et al. 2023). Non-finite final losses are gaps.</p>\n";
+  h << "<div id=\"lr\" class=\"chart\"></div>\n";
+  h << "<h2>Per variant</h2>\n<table><tr><th>variant</th><th>LR sensitivity</th><th>best final loss</th><th>at lr</th>"
+       "<th>diverged</th></tr>\n";
+  json labels = json::array({"peak lr"});
+  for (const LrCurve& c : curves) {
+    int64_t diverged = 0;
+    for (const LrPoint& p : c.points) diverged += p.diverged();
+    facts.runs += int64_t(c.points.size());
+    facts.failed += diverged;
+    labels.push_back(c.variant.label);
+    h << "<tr><td>" << escape(c.variant.label) << "</td><td>" << short_g(c.sensitivity) << "</td><td>"
+      << short_g(c.best_loss) << "</td><td>" << short_g(c.best_lr) << "</td><td>" << diverged << " of " << c.points.size()
+      << "</td></tr>\n";
+  }
+  h << "</table>\n<h2>Every run</h2>\n<table><tr><th>variant</th><th>peak lr</th><th>final loss</th>"
+       "<th>max attention logit</th><th>max |log Z|</th><th>verdict</th></tr>\n";
+  json rows = json::array();
+  for (double lr : lrs) rows.push_back(json::array({lr}));
+  for (const LrCurve& c : curves) {
+    for (size_t i = 0; i < lrs.size(); ++i) {
+      json value = nullptr;
+      for (const LrPoint& p : c.points) {
+        if (p.lr != lrs[i] || !p.summary.metrics) continue;
+        const RunMetrics& m = *p.summary.metrics;
+        if (std::isfinite(m.final_loss)) value = m.final_loss;
+        const Verdict& v = p.summary.verdict;
+        h << "<tr><td>" << escape(c.variant.label) << "</td><td>" << short_g(p.lr) << "</td><td>" << short_g(m.final_loss)
+          << "</td><td>" << short_g(m.max_attention_logit) << "</td><td>" << short_g(m.max_logit_z) << "</td><td>"
+          << to_string(v.outcome) << (v.onset_step ? " at step " + std::to_string(*v.onset_step) : "")
+          << (v.onset_rules.empty() ? "" : " (" + escape(v.onset_rules.front()) + ")") << (p.diverged() ? ", diverged" : "")
+          << "</td></tr>\n";
+      }
+      rows[i].push_back(value);
+    }
+  }
+  h << "</table>\n";
+  facts.charts = curves.empty() ? 0 : 1;
+  const json data = {{"map", {{"rows", json::array()}}}, {"failures", json::array()}, {"lr", {{"labels", labels}, {"rows", rows}}}};
+  h << "<details><summary>grid and variants</summary><pre>" << escape(spec.dump(2)) << "</pre></details>\n";
+  h << "<script type=\"application/json\" id=\"spikehunt-data\">" << script_json(data) << "</script>\n<script>"
+    << kScript << "</script>\n</body></html>\n";
+  write_file_atomic(facts.path, h.str());
+  return facts;
+}
+
+}  // namespace
 
 ReportFacts write_sweep_report(const std::string& dir, const std::string& out_path) {
   const std::string db = (fs::path(dir) / "sweep.db").string();
@@ -231,6 +318,10 @@ ReportFacts write_sweep_report(const std::string& dir, const std::string& out_pa
                      "install libjs-dygraphs (scripts/setup.sh does) or set SPIKEHUNT_DYGRAPHS_DIR");
   }
   const std::unique_ptr<SweepStore> store = SweepStore::open_read_only(db);
+  const json stored_space = json::parse(store->space_json());
+  if (stored_space.contains("lr_sensitivity")) {
+    return write_lr_report(dir, out_path, *store, stored_space, dygraph_js, dygraph_css);
+  }
   const SearchSpace space = SearchSpace::from_json(json::parse(store->space_json()), db + ": space");
   const TrainingConfig simplest = space.simplest();
   const std::vector<RunRow> searched = store->runs("search");
@@ -245,10 +336,7 @@ ReportFacts write_sweep_report(const std::string& dir, const std::string& out_pa
   char when[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
-  h << "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>spikehunt sweep: " << escape(dir)
-    << "</title>\n<script>window.spikehuntErrors = [];\nwindow.addEventListener('error', function (e) { "
-       "window.spikehuntErrors.push(String(e.message)); });</script>\n<style>"
-    << dygraph_css << "\n" << kStyle << "</style>\n<script>" << dygraph_js << "</script>\n</head><body>\n";
+  h << page_head("spikehunt sweep: " + dir, dygraph_js, dygraph_css);
 
   // ---- summary ----
   const auto [lo, hi] = wilson_interval(rates.all.failed, rates.all.runs);

@@ -3,7 +3,9 @@
 // self-contained, and bad input that writes nothing.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "generators/html_report.h"
+#include "generators/lr_sensitivity.h"
 #include "harness/repro_file.h"
 #include "scenarios/error.h"
 #include "scenarios/files.h"
@@ -137,6 +140,74 @@ TEST(Report, ASmallRealSweepRendersInChromiumWithEveryChartDrawn) {
     EXPECT_TRUE(text == "1" || text == "10" || (text.rfind("1e", 0) == 0 && text.find('+') == std::string::npos))
         << text;
   }
+}
+
+TEST(LrSensitivity, IsWortsmansExpectationOverTheGrid) {
+  // final losses 3, 2.5, inf (diverged), 6 (above init 5.5): min(final, init) - best, averaged.
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_DOUBLE_EQ(lr_sensitivity({3, 2.5, inf, 6}, {5.5, 5.5, 5.5, 5.5}), (0.5 + 0 + 3 + 3) / 4.0);
+  EXPECT_DOUBLE_EQ(lr_sensitivity({2, 2}, {5, 5}), 0.0) << "flat: insensitive";
+  EXPECT_TRUE(std::isnan(lr_sensitivity({}, {})));
+
+  const std::vector<LrVariant> v = lr_variants({parse_vary("model.gpt.qk_layernorm=false,true"),
+                                                parse_vary("model.gpt.z_loss=0,1e-4")});
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_EQ(v[1].label, "model.gpt.qk_layernorm=false model.gpt.z_loss=1e-4");
+  EXPECT_EQ(v[2].sets, (std::vector<std::string>{"model.gpt.qk_layernorm=true", "model.gpt.z_loss=0"}));
+  EXPECT_EQ(lr_variants({}).front().label, "base");
+  for (const char* bad : {"model.gpt.qk_layernorm", "model.gpt.qk_layernorm=true,,false", "model.gpt.qk_layrnorm=true"}) {
+    try {
+      parse_vary(bad);
+      ADD_FAILURE() << bad << " parses";
+    } catch (const InputError& e) {
+      EXPECT_TRUE(has(e.what(), "--vary")) << e.what();
+    }
+  }
+}
+
+TEST(LrSensitivity, ARealGridOnTextPrintsResumesAndDrawsLossAgainstLr) {
+  TempDir dir;
+  testing::write_bytes(dir.file("gpt.json"), R"({"model": {"kind": "gpt", "gpt": {"width": 16, "layers": 1, "heads": 2, "context": 16}},
+    "dataset": {"kind": "text"}, "optimizer": {"kind": "adamw", "lr": 0.01, "betas": [0.9, 0.95]},
+    "schedule": {"kind": "cosine", "warmup_steps": 2}, "batch_size": 4, "max_batches_per_epoch": 8, "threads": 1})");
+  const std::string out = dir.file("lr");
+  const std::string cmd = "lr-sensitivity --config " + dir.file("gpt.json") +
+                          " --lrs 1e-3,0.03 --vary model.gpt.qk_layernorm=false,true --heldout 16 -j 2 --out " + out;
+  const auto r = run_spikehunt(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "over 2 peak learning rates x 2 variant(s) (4 runs)")) << r.output;
+  EXPECT_TRUE(has(r.output, "variant model.gpt.qk_layernorm=true")) << r.output;
+  const json j = json::parse(read_file(out + "/lr_sensitivity.json"));
+  ASSERT_EQ(j["variants"].size(), 2u);
+  for (const json& v : j["variants"]) {
+    ASSERT_EQ(v["points"].size(), 2u) << v.dump();
+    for (const json& p : v["points"]) {
+      EXPECT_NEAR(p["init_loss"].get<double>(), std::log(256.0), 0.1) << "held-out loss at init is chance";
+      EXPECT_LT(p["final_loss"].get<double>(), p["init_loss"].get<double>()) << "8 steps learn something";
+      EXPECT_GT(p["max_attention_logit"].get<double>(), 0.0);
+    }
+    EXPECT_GE(v["lr_sensitivity"].get<double>(), 0.0);
+    EXPECT_TRUE(has(r.output, "LR sensitivity " )) << r.output;
+  }
+  EXPECT_FALSE(fs::exists(out + "/work"));
+
+  const auto again = run_spikehunt(cmd);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(has(again.output, "resuming: 4 of 4 runs already in the database")) << again.output;
+  EXPECT_EQ(json::parse(read_file(out + "/lr_sensitivity.json")), j) << "the same numbers, from the database";
+  const auto other = run_spikehunt("lr-sensitivity --config " + dir.file("gpt.json") + " --lrs 1e-3 --out " + out);
+  EXPECT_EQ(other.exit_code, 2) << "another grid is another database: " << other.output;
+
+  const auto report = run_spikehunt("report " + out);
+  ASSERT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_TRUE(has(report.output, "4 runs")) << report.output;
+  const Page page = open_in_chromium(out + "/report.html", dir);
+  EXPECT_EQ(page.errors, json::array()) << page.console;
+  ASSERT_EQ(page.charts.size(), 1u) << page.charts.dump();
+  EXPECT_EQ(page.charts[0]["id"], "lr");
+  EXPECT_EQ(page.charts[0]["rows"], 2) << "one row per learning rate";
+  EXPECT_EQ(page.charts[0]["points"], 4) << "one point per variant and learning rate";
+  EXPECT_GT(page.charts[0]["colored"].get<int64_t>(), 100) << "the lines are drawn";
 }
 
 TEST(Report, BadInputIsExitTwoAndWritesNothing) {

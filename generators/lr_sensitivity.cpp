@@ -1,0 +1,272 @@
+#include "generators/lr_sensitivity.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+#include "generators/driver.h"
+#include "harness/child.h"
+#include "harness/report.h"
+#include "harness/results.h"
+#include "scenarios/error.h"
+#include "scenarios/files.h"
+
+namespace spikehunt {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::vector<double>& wortsman_lr_grid() {
+  static const std::vector<double> grid = {3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1};
+  return grid;
+}
+
+namespace {
+
+// Problems found through --set, to be reported as the --vary's own.
+std::vector<Problem> unfiled(std::vector<Problem> problems) {
+  for (Problem& p : problems) p.file.clear();
+  return problems;
+}
+
+}  // namespace
+
+LrVary parse_vary(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 >= text.size()) {
+    throw InputError("--vary", "", text, "is not FIELD=V1,V2,...", "e.g. --vary model.gpt.qk_layernorm=false,true");
+  }
+  LrVary v;
+  v.field = text.substr(0, eq);
+  std::string rest = text.substr(eq + 1);
+  for (size_t begin = 0; begin <= rest.size();) {
+    const size_t comma = std::min(rest.find(',', begin), rest.size());
+    const std::string value = rest.substr(begin, comma - begin);
+    if (value.empty()) throw InputError("--vary", v.field, text, "has an empty value", "separate values by single commas");
+    v.values.push_back(value);
+    begin = comma + 1;
+  }
+  for (const std::string& value : v.values) {  // each value must be one the field takes
+    json j = config_to_json(TrainingConfig{});
+    try {
+      apply_overrides(j, {v.field + "=" + value});
+    } catch (const InputError& e) {
+      throw InputError("--vary", unfiled(e.problems()));
+    }
+  }
+  return v;
+}
+
+std::vector<LrVariant> lr_variants(const std::vector<LrVary>& vary) {
+  std::vector<LrVariant> out = {{"", {}}};
+  for (const LrVary& v : vary) {
+    std::vector<LrVariant> next;
+    for (const LrVariant& base : out) {
+      for (const std::string& value : v.values) {
+        LrVariant x = base;
+        const std::string set = v.field + "=" + value;
+        x.label += (x.label.empty() ? "" : " ") + set;
+        x.sets.push_back(set);
+        next.push_back(std::move(x));
+      }
+    }
+    out = std::move(next);
+  }
+  if (out.size() == 1 && out[0].label.empty()) out[0].label = "base";
+  return out;
+}
+
+bool LrPoint::diverged() const {
+  if (summary.verdict.outcome == Outcome::kNonFinite || !summary.metrics) return true;
+  const RunMetrics& m = *summary.metrics;
+  return !std::isfinite(m.final_loss) || m.final_loss >= m.init_loss;
+}
+
+double lr_sensitivity(const std::vector<double>& final_losses, const std::vector<double>& init_losses) {
+  if (final_losses.empty()) return std::numeric_limits<double>::quiet_NaN();
+  double best = std::numeric_limits<double>::infinity();
+  for (double f : final_losses) {
+    if (std::isfinite(f)) best = std::min(best, f);
+  }
+  double sum = 0;
+  for (size_t i = 0; i < final_losses.size(); ++i) {
+    const double f = final_losses[i], init = init_losses[i];
+    sum += (std::isfinite(f) ? std::min(f, init) : init) - best;
+  }
+  return sum / double(final_losses.size());
+}
+
+LrCurve make_curve(LrVariant variant, std::vector<LrPoint> points) {
+  LrCurve c{std::move(variant), std::move(points), std::numeric_limits<double>::infinity(), 0, 0};
+  std::vector<double> finals, inits;
+  for (const LrPoint& p : c.points) {
+    const RunMetrics m = p.summary.metrics.value_or(RunMetrics{});
+    const double final_loss = p.summary.verdict.outcome == Outcome::kNonFinite || !p.summary.metrics
+                                  ? std::numeric_limits<double>::infinity()
+                                  : m.final_loss;
+    finals.push_back(final_loss);
+    inits.push_back(m.init_loss);
+    if (std::isfinite(final_loss) && final_loss < c.best_loss) c.best_loss = final_loss, c.best_lr = p.lr;
+  }
+  c.sensitivity = lr_sensitivity(finals, inits);
+  return c;
+}
+
+json lr_spec_json(const LrSensitivityOptions& o) {
+  json variants = json::array();
+  for (const LrVariant& v : lr_variants(o.vary)) variants.push_back({{"label", v.label}, {"sets", v.sets}});
+  return {{"lr_sensitivity",
+           {{"config", config_to_json(o.config)}, {"lrs", o.lrs}, {"variants", variants}, {"heldout", o.heldout}}}};
+}
+
+namespace {
+
+std::vector<LrVariant> variants_of(const json& spec) {
+  std::vector<LrVariant> out;
+  for (const json& v : spec.at("lr_sensitivity").at("variants")) {
+    out.push_back({v.at("label").get<std::string>(), v.at("sets").get<std::vector<std::string>>()});
+  }
+  return out;
+}
+
+std::string g(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+std::string loss_text(double v) { return std::isfinite(v) ? g(v) : v > 0 ? "inf" : "nan"; }
+
+std::string verdict_word(const LrPoint& p) {
+  const Verdict& v = p.summary.verdict;
+  std::string s = to_string(v.outcome);
+  if (v.onset_step) s += " at step " + std::to_string(*v.onset_step);
+  if (!v.onset_rules.empty()) s += " (" + v.onset_rules.front() + ")";
+  if (p.diverged()) s += ", diverged";
+  return s;
+}
+
+}  // namespace
+
+std::vector<LrCurve> lr_curves_from(const json& spec, const std::vector<RunRow>& runs) {
+  const std::vector<double> lrs = spec.at("lr_sensitivity").at("lrs").get<std::vector<double>>();
+  const std::vector<LrVariant> variants = variants_of(spec);
+  std::map<int64_t, const RunRow*> by_sample;
+  for (const RunRow& r : runs) by_sample[r.sample] = &r;
+  std::vector<LrCurve> curves;
+  for (size_t v = 0; v < variants.size(); ++v) {
+    std::vector<LrPoint> points;
+    for (size_t i = 0; i < lrs.size(); ++i) {
+      const auto it = by_sample.find(int64_t(v * lrs.size() + i));
+      if (it != by_sample.end()) points.push_back({lrs[i], it->second->summary});
+    }
+    curves.push_back(make_curve(variants[v], std::move(points)));
+  }
+  return curves;
+}
+
+int run_lr_sensitivity(const LrSensitivityOptions& o, std::ostream& out) {
+  if (o.lrs.empty()) throw InputError("--lrs", "", "[]", "is empty", "give learning rates, e.g. --lrs 1e-3,1e-2,1e-1");
+  const std::vector<LrVariant> variants = lr_variants(o.vary);
+  // Every point's config, checked before anything runs.
+  std::vector<TrainingConfig> configs;
+  for (const LrVariant& v : variants) {
+    for (double lr : o.lrs) {
+      std::vector<std::string> sets = v.sets;
+      char lr_text[32];
+      std::snprintf(lr_text, sizeof lr_text, "%.17g", lr);
+      sets.push_back(std::string("optimizer.lr=") + lr_text);
+      try {
+        configs.push_back(parse_config(config_to_json(o.config), o.source, sets));
+      } catch (const InputError& e) {  // the config itself was valid: the variant or the lr is not
+        throw InputError("--vary " + v.label + " at lr " + lr_text, unfiled(e.problems()));
+      }
+    }
+  }
+  fs::create_directories(o.out_dir);
+  const json spec = lr_spec_json(o);
+  SweepStore store(o.out_dir + "/sweep.db", spec.dump(), 0);
+  const std::string binary = o.binary.empty() ? self_executable() : o.binary;
+  ChildEvaluator children(binary, o.jobs, o.timeout_seconds, o.out_dir + "/work");
+  children.set_extra_args({"--heldout", std::to_string(o.heldout)});
+  EvalCache cache(&store);
+  out << "lr-sensitivity: " << o.source << " over " << o.lrs.size() << " peak learning rates x " << variants.size()
+      << " variant(s) (" << configs.size() << " runs), " << o.jobs << " at a time; database " << store.path() << "\n";
+
+  std::vector<TrainingConfig> to_run;
+  std::vector<int64_t> to_run_sample;
+  int64_t done = 0;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    if (store.has_sample(int64_t(i))) {
+      ++done;
+      continue;
+    }
+    to_run.push_back(configs[i]);
+    to_run_sample.push_back(int64_t(i));
+  }
+  if (done > 0) out << "resuming: " << done << " of " << configs.size() << " runs already in the database\n";
+  children.evaluate(to_run, [&](size_t k, const BurstSummary& s) {
+    cache.add("lr", to_run_sample[k], to_run[k], s);
+    const size_t sample = size_t(to_run_sample[k]);
+    out << "  [" << ++done << "/" << configs.size() << "] " << variants[sample / o.lrs.size()].label << " lr "
+        << g(o.lrs[sample % o.lrs.size()]) << ": " << to_string(s.verdict.outcome)
+        << (s.metrics ? ", final loss " + loss_text(s.metrics->final_loss) : std::string()) << "\n"
+        << std::flush;
+  });
+  std::error_code ec;
+  fs::remove(o.out_dir + "/work", ec);  // only when empty
+
+  const std::vector<LrCurve> curves = lr_curves_from(spec, store.runs("lr"));
+  json result = {{"config", o.source}, {"lrs", o.lrs}, {"heldout", o.heldout}, {"variants", json::array()}};
+  for (const LrCurve& c : curves) {
+    out << "\nvariant " << c.variant.label << "\n";
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-9s %-10s %-10s %-13s %-11s %s\n", "peak lr", "init loss", "final loss",
+                  "max attn", "max |log Z|", "verdict");
+    out << line;
+    json points = json::array();
+    for (const LrPoint& p : c.points) {
+      const RunMetrics m = p.summary.metrics.value_or(RunMetrics{});
+      std::snprintf(line, sizeof line, "  %-9s %-10s %-10s %-13s %-11s %s\n", g(p.lr).c_str(), loss_text(m.init_loss).c_str(),
+                    loss_text(m.final_loss).c_str(), g(m.max_attention_logit).c_str(), g(m.max_logit_z).c_str(),
+                    verdict_word(p).c_str());
+      out << line;
+      points.push_back({{"lr", p.lr},
+                        {"outcome", to_string(p.summary.verdict.outcome)},
+                        {"onset_step", p.summary.verdict.onset_step ? json(*p.summary.verdict.onset_step) : json()},
+                        {"diverged", p.diverged()},
+                        {"init_loss", number(m.init_loss)},
+                        {"final_loss", number(m.final_loss)},
+                        {"max_attention_logit", number(m.max_attention_logit)},
+                        {"max_logit_z", number(m.max_logit_z)}});
+    }
+    out << "  LR sensitivity " << g(c.sensitivity) << " (best final loss " << loss_text(c.best_loss) << " at lr "
+        << g(c.best_lr) << ")\n";
+    result["variants"].push_back({{"label", c.variant.label},
+                                  {"sets", c.variant.sets},
+                                  {"lr_sensitivity", number(c.sensitivity)},
+                                  {"best_loss", number(c.best_loss)},
+                                  {"best_lr", c.best_lr},
+                                  {"points", points}});
+  }
+  out << "\nsummary (LR sensitivity: the mean over the grid of min(final loss, loss at init) - best final loss)\n";
+  char line[200];
+  std::snprintf(line, sizeof line, "  %-52s %-15s %-10s %s\n", "variant", "LR sensitivity", "best loss", "diverged");
+  out << line;
+  for (const LrCurve& c : curves) {
+    int64_t diverged = 0;
+    for (const LrPoint& p : c.points) diverged += p.diverged();
+    std::snprintf(line, sizeof line, "  %-52s %-15s %-10s %lld of %zu\n", c.variant.label.c_str(), g(c.sensitivity).c_str(),
+                  loss_text(c.best_loss).c_str(), static_cast<long long>(diverged), c.points.size());
+    out << line;
+  }
+  write_file_atomic(o.out_dir + "/lr_sensitivity.json", result.dump(2) + "\n");
+  out << "\nwrote " << o.out_dir << "/lr_sensitivity.json; " << program_name() << " report " << o.out_dir
+      << " draws final loss against learning rate\n";
+  return 0;
+}
+
+}  // namespace spikehunt
