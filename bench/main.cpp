@@ -32,6 +32,10 @@ const Ratio kRatios[] = {
      "simple_cnn step, batch 64: monitored %.2f ms, plain %.2f ms, monitored/plain = %.3f\n"},
     {"BM_CnnStep/mode:2/real_time", "BM_CnnStep/mode:0/real_time",
      "simple_cnn step, batch 64: fail-fast %.2f ms, plain %.2f ms, fail-fast/plain = %.3f\n"},
+    {"BM_GptStep/mode:1/real_time", "BM_GptStep/mode:0/real_time",
+     "gpt step, batch 16 x 64 tokens: monitored %.2f ms, plain %.2f ms, monitored/plain = %.3f\n"},
+    {"BM_GptStep/mode:2/real_time", "BM_GptStep/mode:0/real_time",
+     "gpt step, batch 16 x 64 tokens: fail-fast %.2f ms, plain %.2f ms, fail-fast/plain = %.3f\n"},
     {"BM_LateReplay/checkpoint:0/iterations:1/real_time", "BM_LateReplay/checkpoint:1/iterations:1/real_time",
      "late failure replay: from step 0 %.0f ms, from the checkpoint %.0f ms, speed-up = %.1fx\n"},
     {"BM_Sweep/jobs:1/iterations:1/real_time", "BM_Sweep/jobs:2/iterations:1/real_time",
@@ -45,7 +49,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
       if (r.run_type == Run::RT_Iteration && !r.error_occurred) {
         times_[r.benchmark_name()].push_back(r.GetAdjustedRealTime());
         for (const auto& [name, counter] : r.counters) {
-          if (name.find('/') != std::string::npos) ratios_[name].push_back(counter.value);  // a ratio counter
+          // a ratio counter, per benchmark label ("simple_cnn step", "gpt step")
+          if (name.find('/') != std::string::npos) ratios_[{r.report_label, name}].push_back(counter.value);
         }
       }
     }
@@ -57,8 +62,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
       const double a = median(times_[r.numerator]), b = median(times_[r.denominator]);
       if (a > 0 && b > 0) std::printf(r.text, a, b, a / b);
     }
-    for (const auto& [name, values] : ratios_) {
-      std::printf("simple_cnn step, interleaved step by step: %s = %.3f (median of %zu)\n", name.c_str(),
+    for (const auto& [key, values] : ratios_) {
+      std::printf("%s, interleaved step by step: %s = %.3f (median of %zu)\n", key.first.c_str(), key.second.c_str(),
                   median(values), values.size());
     }
   }
@@ -70,7 +75,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
     return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
   }
   std::map<std::string, std::vector<double>> times_;
-  std::map<std::string, std::vector<double>> ratios_;  // counters named like "monitored/plain"
+  std::map<std::pair<std::string, std::string>, std::vector<double>> ratios_;  // (label, "monitored/plain")
 };
 
 }  // namespace

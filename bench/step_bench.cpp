@@ -1,7 +1,9 @@
-// step_bench.cpp — one simple_cnn training step at batch 64 (the motivating
-// case's model and optimizer) on one fixed synthetic batch: plain (mode 0),
-// monitored (1), and monitored with fail-fast checks on every statistic (2);
-// bench/main.cpp prints monitored/plain and fail-fast/plain measured in this
+// step_bench.cpp — one training step on one fixed batch: the simple_cnn at
+// batch 64 (the motivating case's model and optimizer, synthetic images) and
+// the gpt of configs/gpt.json (width 128, 2 layers, 4 heads, context 64,
+// batch 16 of the fortunes text, AdamW, clip 1.0); each plain (mode 0),
+// monitored (1), and monitored with fail-fast checks on every statistic (2),
+// alone and interleaved; bench/main.cpp prints the ratios measured in this
 // run, and the BLAS LibTorch loaded.
 #include <algorithm>
 #include <chrono>
@@ -14,6 +16,7 @@
 #include "harness/env.h"
 #include "harness/monitor.h"
 #include "scenarios/catalog.h"
+#include "scenarios/config.h"
 
 namespace spikehunt {
 
@@ -23,6 +26,15 @@ TrainingConfig bench_config() {
   std::vector<std::string> sets = {"optimizer.lr=0.05"};
   if (const char* t = std::getenv("SPIKEHUNT_BENCH_THREADS")) sets.push_back(std::string("threads=") + t);
   return default_config(sets);
+}
+
+// configs/gpt.json at a healthy peak lr (steps repeated on one batch stay
+// finite), without warm-up, on bench_config()'s threads.
+TrainingConfig gpt_bench_config() {
+  const TrainingConfig base = bench_config();
+  return load_config(std::string(SPIKEHUNT_SOURCE_DIR) + "/configs/gpt.json",
+                     {"optimizer.lr=0.001", "schedule.kind=constant", "schedule.warmup_steps=0",
+                      "threads=" + std::to_string(base.threads)});
 }
 
 // Threads (and the allocator settings) of bench_config() for every benchmark.
@@ -42,25 +54,22 @@ void step(int mode, Trainer& trainer, const std::vector<Batch>& batch, Monitor& 
   benchmark::DoNotOptimize(monitor.finish_step());
 }
 
-void BM_CnnStep(benchmark::State& state) {
+void modes(benchmark::State& state, const TrainingConfig& config, const char* model) {
   const int mode = static_cast<int>(state.range(0));
-  const TrainingConfig config = bench_config();
   configure_runtime(config);
   std::unique_ptr<Scenario> scenario = make_scenario(config);
   Trainer trainer(*scenario);
   const std::vector<Batch> batch = trainer.next_batches();
   Monitor monitor(*scenario, config.health);
   for (auto _ : state) step(mode, trainer, batch, monitor);
-  state.SetLabel(mode == 0 ? "plain" : mode == 1 ? "monitored" : "monitored, fail-fast");
+  state.SetLabel(std::string(model) + (mode == 0 ? " plain" : mode == 1 ? " monitored" : " monitored, fail-fast"));
 }
-BENCHMARK(BM_CnnStep)->Arg(0)->Arg(1)->Arg(2)->ArgName("mode")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The three modes interleaved step by step on one model, each step timed on
 // its own: drift on a shared machine hits all three alike, so the ratios of
 // the per-mode medians (counters monitored/plain, fail-fast/plain) are the
 // steadiest overhead figure. One iteration is three steps.
-void BM_CnnStepInterleaved(benchmark::State& state) {
-  const TrainingConfig config = bench_config();
+void interleaved(benchmark::State& state, const TrainingConfig& config, const char* model) {
   configure_runtime(config);
   std::unique_ptr<Scenario> scenario = make_scenario(config);
   Trainer trainer(*scenario);
@@ -85,8 +94,20 @@ void BM_CnnStepInterleaved(benchmark::State& state) {
   state.counters["plain_ms"] = plain;
   state.counters["monitored/plain"] = median(ms[1]) / plain;
   state.counters["fail-fast/plain"] = median(ms[2]) / plain;
+  state.SetLabel(std::string(model) + " step");
 }
+
+void BM_CnnStep(benchmark::State& state) { modes(state, bench_config(), "simple_cnn"); }
+BENCHMARK(BM_CnnStep)->Arg(0)->Arg(1)->Arg(2)->ArgName("mode")->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_CnnStepInterleaved(benchmark::State& state) { interleaved(state, bench_config(), "simple_cnn"); }
 BENCHMARK(BM_CnnStepInterleaved)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_GptStep(benchmark::State& state) { modes(state, gpt_bench_config(), "gpt"); }
+BENCHMARK(BM_GptStep)->Arg(0)->Arg(1)->Arg(2)->ArgName("mode")->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_GptStepInterleaved(benchmark::State& state) { interleaved(state, gpt_bench_config(), "gpt"); }
+BENCHMARK(BM_GptStepInterleaved)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace spikehunt
