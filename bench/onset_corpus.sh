@@ -12,11 +12,17 @@
 # or above 10 x ln(classes)), or healthy. Runs go 2 at a time on 1 thread each;
 # a run whose trace is already there is not run again, so a rerun only scores.
 # Rule sets: bench/onset/*.json (config files; their "health" sections).
+# FAMILY=gpt scores the transformer rules instead: configs/gpt.json (the tiny
+# GPT on the fortunes text, 200 steps) at peak lr 0.003 / 0.01 / 0.03 / 0.1,
+# with and without qk-layernorm, seeds 0 and 1, against bench/onset_gpt/*.json
+# (default corpus folder results/onset-corpus-gpt).
 # Usage: bench/onset_corpus.sh [CORPUS_DIR]   (default results/onset-corpus)
 #        LATE=NAME lists the failing runs rule set NAME warns < 5 steps ahead (default: defaults)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-dir=${1:-$root/results/onset-corpus}
+family=${FAMILY:-cnn}
+case $family in cnn | gpt) ;; *) echo "error: FAMILY=$family is not cnn or gpt" >&2; exit 2 ;; esac
+if [ "$family" = gpt ]; then dir=${1:-$root/results/onset-corpus-gpt}; else dir=${1:-$root/results/onset-corpus}; fi
 bin="$root/build/spikehunt"
 eval_bin="$root/build/bench/onset_eval"
 [ -x "$bin" ] && [ -x "$eval_bin" ] || "$root/scripts/build.sh" > /dev/null
@@ -27,13 +33,23 @@ common=(--config "$root/configs/motivating_a_then_b.json" --set max_batches_per_
         --set health.stop_at=non_finite)
 mlp=(--set model.kind=mlp --set model.mlp_depth=3 --set model.mlp_width=256 --set activation.kind=relu)
 jobs=()
-for lr in 0.01 0.02 0.05 0.1 0.2 0.3; do
+if [ "$family" = gpt ]; then
+  common=(--config "$root/configs/gpt.json" --set threads=1 --set health.stop_at=non_finite)
+  for lr in 0.003 0.01 0.03 0.1; do
+    for qk in false true; do
+      for seed in 0 1; do
+        jobs+=("gpt_lr${lr}_qk${qk}_s${seed}|--set optimizer.lr=$lr --set model.gpt.qk_layernorm=$qk --set seed=$seed")
+      done
+    done
+  done
+fi
+[ "$family" = gpt ] || for lr in 0.01 0.02 0.05 0.1 0.2 0.3; do
   for seed in 0 1 2 3; do jobs+=("cnn_sgd_lr${lr}_s${seed}|--set optimizer.lr=$lr --set seed=$seed"); done
 done
-for lr in 0.05 0.1 0.2 0.4; do
+[ "$family" = gpt ] || for lr in 0.05 0.1 0.2 0.4; do
   for seed in 0 1 2; do jobs+=("mlp_sgd_lr${lr}_s${seed}|${mlp[*]} --set optimizer.lr=$lr --set seed=$seed"); done
 done
-for lr in 0.001 0.01 0.03 0.1; do
+[ "$family" = gpt ] || for lr in 0.001 0.01 0.03 0.1; do
   for seed in 0 1 2; do
     jobs+=("mlp_adam_lr${lr}_s${seed}|${mlp[*]} --set optimizer.kind=adam --set optimizer.lr=$lr --set seed=$seed")
   done
@@ -56,6 +72,11 @@ done
 while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
 [ "$failed" -eq 0 ] || { echo "error: some runs failed to run (see the .log files in $dir)" >&2; exit 1; }
 
+if [ "$family" = gpt ]; then
+  "$eval_bin" "$dir" "$root"/bench/onset_gpt/gpt.json "$root"/bench/onset_gpt/gpt_no_transformer_rules.json \
+    "$root"/bench/onset_gpt/gpt_attention_1e4.json "$root"/bench/onset_gpt/defaults.json --late gpt
+  exit 0
+fi
 # today's rules and the defaults first, then the candidates
 others=()
 for f in "$root"/bench/onset/*.json; do

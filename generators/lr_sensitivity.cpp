@@ -200,7 +200,7 @@ int run_lr_sensitivity(const LrSensitivityOptions& o, std::ostream& out) {
   std::vector<int64_t> to_run_sample;
   int64_t done = 0;
   for (size_t i = 0; i < configs.size(); ++i) {
-    if (store.has_sample(int64_t(i))) {
+    if (store.has_sample(int64_t(i), "lr")) {
       ++done;
       continue;
     }

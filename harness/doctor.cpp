@@ -489,7 +489,7 @@ VitalSign overfit_one_batch(const ScenarioFactory& make, const Probe& probe, con
       map += (map.empty() ? "" : ", ") + std::to_string(from) + "->" + std::to_string(to);
       v.named.push_back("class " + std::to_string(from) + " -> " + std::to_string(to));
     }
-    v.evidence += "; but held-out images of " + std::to_string(shifted.size()) + " of " + std::to_string(present) +
+    v.evidence += "; but held-out samples of " + std::to_string(shifted.size()) + " of " + std::to_string(present) +
                   " classes are confidently predicted as another class: " + map;
     fail(v, kRankShiftedLabels, "the training labels are shifted or permuted against the held-out ones (" + map + ")",
          "the model fits its labels, but they disagree with held-out labels the same way every time: labels look "

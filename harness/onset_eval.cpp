@@ -28,7 +28,7 @@ LabelledRun load_run(const std::string& trace_path, const std::string& name) {
       throw InputError(trace_path, "line " + std::to_string(n), "", std::string("is not JSON: ") + e.what());
     }
     StepRecord r = step_record_from_json(j, trace_path + ":" + std::to_string(n));
-    run.classes = std::max<int64_t>(run.classes, int64_t(r.label_histogram.size()));
+    run.classes = std::max<int64_t>(run.classes, j.value("classes", int64_t(r.label_histogram.size())));
     if (r.health == Health::kNonFinite && !run.failure_step) run.failure_step = r.step;
     run.records.push_back(std::move(r));
   }

@@ -194,6 +194,7 @@ json to_json(const StepRecord& r) {
   if (!r.movers.empty()) j["movers"] = list_json(r.movers);
   if (r.micro_batches != 1) j["micro_batches"] = r.micro_batches;
   if (r.label_histogram.size() <= kTraceHistogramClasses) j["label_histogram"] = r.label_histogram;
+  else j["classes"] = r.label_histogram.size();  // the histogram's length, without its counts
   if (r.loss_scale > 0) {
     j["loss_scale"] = number(r.loss_scale);
     j["skipped"] = r.skipped;

@@ -86,7 +86,8 @@ struct TapStats {
 };
 
 // A trace line holds the label histogram only for this many classes or fewer
-// (a text model's 256 byte counts per line would bury the rest).
+// (a text model's 256 byte counts per line would bury the rest); above it,
+// the line says "classes": N instead.
 constexpr size_t kTraceHistogramClasses = 32;
 
 struct StepRecord {

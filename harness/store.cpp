@@ -191,9 +191,9 @@ void SweepStore::exec(const std::string& sql) const {
   }
 }
 
-bool SweepStore::has_sample(int64_t sample) const {
-  Statement s(db_, "SELECT 1 FROM runs WHERE kind = 'search' AND sample = ?");
-  s.bind(1, sample);
+bool SweepStore::has_sample(int64_t sample, const std::string& kind) const {
+  Statement s(db_, "SELECT 1 FROM runs WHERE kind = ? AND sample = ?");
+  s.bind(1, kind).bind(2, sample);
   return s.step();
 }
 

@@ -56,7 +56,7 @@ class SweepStore {
   const std::string& path() const { return path_; }
   const std::string& space_json() const { return space_json_; }  // the sweep's space
   uint64_t seed() const { return seed_; }
-  bool has_sample(int64_t sample) const;
+  bool has_sample(int64_t sample, const std::string& kind = "search") const;  // a run of that kind with that sample
   std::optional<BurstSummary> find(const std::string& config_hash) const;  // the memo
   void add_run(RunRow row);                                                 // one transaction
   std::vector<RunRow> runs(const std::string& kind) const;                  // in id order

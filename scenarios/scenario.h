@@ -80,8 +80,8 @@ struct NamedOptimizer {
 };
 
 struct Batch {
-  torch::Tensor inputs;        // e.g. (B, 1, 28, 28) float32, on the scenario's device
-  torch::Tensor targets;       // (B) int64 class ids, on the scenario's device
+  torch::Tensor inputs;        // e.g. (B, 1, 28, 28) float32 images or (B, T) int64 tokens, on the scenario's device
+  torch::Tensor targets;       // (B) int64 class ids, or (B, T) next tokens, on the scenario's device
   torch::Tensor host_inputs;   // the CPU tensors the batch was built from; the harness
   torch::Tensor host_targets;  //   hashes these (undefined: it copies inputs to the host)
   int64_t step = 0;            // the scenario's batch counter, from 0 (the harness numbers optimizer steps itself)

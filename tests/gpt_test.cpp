@@ -197,6 +197,16 @@ TEST(TextScenario, ABatchLargerThanTheTextIsAClearError) {
   }
 }
 
+TEST(TextScenario, ATraceLineKeepsAByteHistogramOutButSaysHowManyClasses) {
+  StepRecord r;
+  r.label_histogram.assign(256, 4);
+  const nlohmann::json text = to_json(r);
+  EXPECT_FALSE(text.contains("label_histogram")) << "256 counts per line would bury the rest";
+  EXPECT_EQ(text["classes"], 256);
+  r.label_histogram.assign(10, 4);
+  EXPECT_EQ(to_json(r)["label_histogram"].size(), 10u) << "an image model's histogram stays";
+}
+
 std::vector<torch::Tensor> parameters_of(Scenario& s) {
   std::vector<torch::Tensor> out;
   for (const auto& p : s.model().parameters()) out.push_back(p.detach().clone());

@@ -1,5 +1,6 @@
 // Tests generators/space.h and generators/gen.h: spaces parse strictly, every
 // generated point stays in its space, and every shrink step is strictly simpler.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -267,6 +268,33 @@ TEST(Space, AScenariosParamsAreDimensions) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("is not in [0, 100]"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace spikehunt
+
+namespace spikehunt {
+namespace {
+
+TEST(Space, TheGptSpaceSweepsWortsmansFactorsOverValidGptConfigs) {
+  const SearchSpace space = SearchSpace::load(testing::source_path("configs/gpt_space.json"));
+  std::vector<std::string> fields;
+  for (const auto& d : space.dimensions()) fields.push_back(d.field);
+  for (const char* f : {"optimizer.lr", "schedule.warmup_steps", "model.gpt.qk_layernorm", "model.gpt.z_loss",
+                        "optimizer.weight_decay", "optimizer.betas", "optimizer.eps", "precision", "seed"}) {
+    EXPECT_NE(std::find(fields.begin(), fields.end(), f), fields.end()) << f;
+  }
+  const TrainingConfig simplest = space.simplest();
+  EXPECT_EQ(simplest.model.kind, "gpt");
+  EXPECT_EQ(simplest.dataset.kind, DatasetKind::kText);
+  EXPECT_EQ(simplest.optimizer.lr, 3e-4) << "the grid's low end";
+  EXPECT_FALSE(simplest.model.gpt.qk_layernorm);
+  for (uint64_t i = 0; i < 20; ++i) {
+    const TrainingConfig c = space.config(sample_point(space, 0, i));
+    EXPECT_TRUE(validate(c).empty()) << "sample " << i;
+  }
+  // The config the README starts from, too.
+  EXPECT_EQ(load_config(testing::source_path("configs/gpt.json")).model.kind, "gpt");
 }
 
 }  // namespace
