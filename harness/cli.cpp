@@ -98,9 +98,7 @@ void print_header(const TrainingConfig& c, const std::string& source, Scenario* 
   std::cout << "  model    " << c.model.kind;
   if (c.model.kind == "mlp") std::cout << " " << c.model.mlp_depth << "x" << c.model.mlp_width;
   std::cout << " (" << thousands(parameter_count(scenario->model())) << " parameters), ";
-  if (c.model.kind == "gpt") std::cout << describe_gpt(c.model.gpt);
-  else std::cout << describe_activation(c.activation);
-  std::cout << "\n";
+  std::cout << describe_model_details(c) << "\n";
   std::cout << "  train    " << train << (c.precision != Precision::kFp32 ? std::string(", ") + to_string(c.precision) : "")
             << "\n";
   if (c.dataset.kind == DatasetKind::kText) {
@@ -338,7 +336,7 @@ std::string doctor_header(const std::string& title, const TrainingConfig& c, con
   if (c.scenario == "standard") {
     s += c.model.kind + (c.model.kind == "mlp" ? " " + std::to_string(c.model.mlp_depth) + "x" +
                                                      std::to_string(c.model.mlp_width) : "") +
-         ", " + describe_activation(c.activation);
+         ", " + describe_model_details(c);
   } else {
     s += "scenario \"" + c.scenario + "\"";
     const std::string cls = scenario_class(c.scenario);

@@ -1018,6 +1018,10 @@ std::string describe_optimizer(const OptimizerConfig& o) {
   return s;
 }
 
+std::string describe_model_details(const TrainingConfig& c) {
+  return c.model.kind == "gpt" ? describe_gpt(c.model.gpt) : describe_activation(c.activation);
+}
+
 std::string describe_gpt(const GptConfig& m) {
   std::string s = "width " + std::to_string(m.width) + ", " + std::to_string(m.layers) + " layers, " +
                   std::to_string(m.heads) + " heads, context " + std::to_string(m.context);

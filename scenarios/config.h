@@ -262,6 +262,8 @@ void save_config(const TrainingConfig& c, const std::string& path);
 std::string describe_optimizer(const OptimizerConfig& o);
 std::string describe_activation(const ActivationConfig& a);
 std::string describe_gpt(const GptConfig& g);  // "width 128, 2 layers, 4 heads, context 64, qk-layernorm"
+// What the model's kind leaves open: the gpt's shape, else the activation.
+std::string describe_model_details(const TrainingConfig& c);
 std::string describe_protocol(const ProtocolConfig& p);
 std::string describe_schedule(const ScheduleConfig& s);  // "" for a constant lr
 std::string describe_params(const Params& p);             // "warmup=30 dropout=0.1"

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/checkpoint.h"
+#include "scenarios/files.h"
 #include "test_util.h"
 
 namespace spikehunt {
@@ -95,6 +96,28 @@ TEST(Cli, HealthyControlExitsZero) {
                                " --no-checkpoints --out " + out.path());
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "verdict: healthy")) << r.output;
+}
+
+TEST(Cli, AGptRunSaysWhatItTrainsOnAndATraceLineStaysReadable) {
+  TempDir out;
+  const auto r = run_spikehunt("run --config " + testing::source_path("configs/gpt.json") +
+                               " --set model.gpt.width=16 --set model.gpt.layers=1 --set model.gpt.heads=2"
+                               " --set max_batches_per_epoch=3 --set threads=1 --out " + out.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "model    gpt (")) << r.output;
+  EXPECT_TRUE(has(r.output, "parameters), width 16, 1 layers, 2 heads, context 64\n")) << "no activation: " << r.output;
+  EXPECT_TRUE(has(r.output, "protocol 1 epoch(s) of 64-token windows, <=3 batches/epoch (3 steps)")) << r.output;
+  EXPECT_TRUE(has(r.output, "data     text /usr/share/games/fortunes (bytes)")) << r.output;
+  EXPECT_TRUE(has(r.output, "verdict: healthy after 3 of 3 steps")) << r.output;
+  std::string trace;
+  for (const auto& e : fs::recursive_directory_iterator(out.path())) {
+    if (e.path().filename() == "trace.jsonl") trace = read_file(e.path().string());
+  }
+  ASSERT_FALSE(trace.empty());
+  const std::string first = trace.substr(0, trace.find('\n'));
+  EXPECT_FALSE(has(first, "label_histogram")) << "no 256 counts per line";
+  EXPECT_TRUE(has(first, "\"classes\":256")) << first;
+  EXPECT_TRUE(has(first, "\"block0_attn_logits\"")) << first;
 }
 
 TEST(Cli, BadConfigIsExitTwoWithFieldAndHintAndWritesNothing) {

@@ -19,6 +19,7 @@
 
 #include "generators/cli.h"
 #include "generators/html_report.h"
+#include "generators/lr_sensitivity.h"
 #include "generators/space.h"
 #include "generators/stability.h"
 #include "generators/sweep.h"
