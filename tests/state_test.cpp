@@ -105,6 +105,19 @@ TEST(State, ResumingMidScheduleWithAccumulationIsBitIdentical) {
   EXPECT_GT(run.lrs[5], run.lrs[8]);
 }
 
+TEST(State, AGptOnTextResumesBitIdenticallyInFp32AndBf16) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    const TrainingConfig c = parse_config(
+        nlohmann::json::object(), "tiny gpt",
+        {"model.kind=gpt", "dataset.kind=text", "model.gpt.width=16", "model.gpt.layers=1", "model.gpt.heads=2",
+         "model.gpt.context=16", "model.gpt.qk_layernorm=true", "batch_size=4", "max_batches_per_epoch=8",
+         "optimizer.kind=adamw", "optimizer.lr=0.01", "schedule.kind=cosine", "schedule.warmup_steps=2",
+         std::string("precision=") + precision});
+    expect_resume_is_exact(c, 3);  // AdamW moments, the schedule and the text order all resume
+  }
+}
+
 // A user's scenario with two optimizers: SGD with momentum over the hidden
 // layers (two groups: weights at the config's lr, biases at half of it) and
 // Adam over the output layer.
