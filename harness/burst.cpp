@@ -177,9 +177,9 @@ torch::Tensor Trainer::step(int64_t step, const std::vector<Batch>& batches, Mon
       }
       if (monitor) monitor->after_loss(loss);
       stage = "backward";
-      const double factor = (scaler_ ? scaler_->scale() : 1.0) / double(batches.size());
-      if (factor == 1.0) loss.backward();
-      else (loss * factor).backward();
+      if (scaler_) (loss * (scaler_->scale() / double(batches.size()))).backward();
+      else if (batches.size() == 1) loss.backward();
+      else (loss / double(batches.size())).backward();
       total = total.defined() ? total + loss.detach() : loss.detach();
     }
     bool skipped = false;
