@@ -155,6 +155,15 @@ void each_step_number(Record& r, V&& v) {
   v("lr", r.lr);
 }
 
+template <class Metrics, class V>
+void each_metric_number(Metrics& m, V&& v) {
+  v("init_loss", m.init_loss);
+  v("final_loss", m.final_loss);
+  v("last_train_loss", m.last_train_loss);
+  v("max_attention_logit", m.max_attention_logit);
+  v("max_logit_z", m.max_logit_z);
+}
+
 template <class Layer, class V>
 void each_layer_number(Layer& l, V&& v) {
   v("grad_norm", l.grad_norm);
@@ -377,12 +386,9 @@ json to_json(const BurstSummary& s) {
             {"step_hashes", hashes}};
   if (s.metrics) {
     const RunMetrics& m = *s.metrics;
-    j["metrics"] = {{"init_loss", number(m.init_loss)},
-                    {"final_loss", number(m.final_loss)},
-                    {"last_train_loss", number(m.last_train_loss)},
-                    {"max_attention_logit", number(m.max_attention_logit)},
-                    {"max_logit_z", number(m.max_logit_z)},
-                    {"heldout_samples", m.heldout_samples}};
+    json& out = j["metrics"];
+    each_metric_number(m, [&](const char* key, double x) { out[key] = number(x); });
+    out["heldout_samples"] = m.heldout_samples;
   }
   return j;
 }
@@ -404,11 +410,7 @@ BurstSummary summary_from_json(const json& j, const std::string& file) {
     const json& m = j["metrics"];
     RunMetrics r;
     try {
-      r.init_loss = number_from(m.at("init_loss"));
-      r.final_loss = number_from(m.at("final_loss"));
-      r.last_train_loss = number_from(m.at("last_train_loss"));
-      r.max_attention_logit = number_from(m.at("max_attention_logit"));
-      r.max_logit_z = number_from(m.at("max_logit_z"));
+      each_metric_number(r, [&](const char* key, double& x) { x = number_from(m.at(key)); });
       r.heldout_samples = json_integer(m.at("heldout_samples"), "metrics.heldout_samples", file);
     } catch (const json::exception& e) {
       throw InputError(file, "metrics", m.dump(), "is not a metrics object", e.what());
