@@ -320,9 +320,13 @@ void configure_runtime(const TrainingConfig& config) {
   }
 }
 
-double heldout_loss(Scenario& scenario, int64_t max_samples) {
+double heldout_loss(Scenario& scenario, int64_t max_samples, int64_t* samples) {
   torch::NoGradGuard no_grad;
   const std::vector<Batch> batches = scenario.heldout(max_samples);
+  if (samples != nullptr) {
+    *samples = 0;
+    for (const Batch& b : batches) *samples += b.inputs.size(0);
+  }
   double sum = 0;
   int64_t n = 0;
   for (const Batch& b : batches) {
@@ -341,7 +345,9 @@ BurstSummary run_config_measured(const TrainingConfig& config, int64_t heldout_s
   RunMetrics m;
   try {
     scenario = in_training_code("setup", {}, [&] { return make_scenario(config); });
-    m.init_loss = in_training_code("forward", {}, [&] { return heldout_loss(*scenario, heldout_samples); });
+    m.init_loss = in_training_code("forward", {}, [&] {
+      return heldout_loss(*scenario, heldout_samples, &m.heldout_samples);
+    });
   } catch (const TrainingError& e) {
     Verdict v;
     set_crashed(v, e);
@@ -365,7 +371,6 @@ BurstSummary run_config_measured(const TrainingConfig& config, int64_t heldout_s
       set_crashed(r.verdict, e);
     }
   }
-  for (const Batch& b : scenario->heldout(heldout_samples)) m.heldout_samples += b.inputs.size(0);
   BurstSummary summary = summary_of(r.verdict, std::move(r.step_hashes));
   summary.metrics = m;
   return summary;

@@ -145,7 +145,8 @@ BurstResult run_config(const TrainingConfig& config, const BurstOptions& options
 // The mean loss over the scenario's held-out batches (up to `max_samples`
 // samples), without gradients, under the config's precision; +inf when any
 // batch's loss is not finite, NaN when the scenario has no held-out data.
-double heldout_loss(Scenario& scenario, int64_t max_samples);
+// `samples` (optional) gets how many samples the batches held.
+double heldout_loss(Scenario& scenario, int64_t max_samples, int64_t* samples = nullptr);
 
 // run_config, measuring RunMetrics around it: the held-out loss before and
 // after, the last training loss and the largest attention logit and log Z.
