@@ -1,7 +1,6 @@
 #include "generators/cli.h"
 
 #include <cctype>
-#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -155,21 +154,7 @@ void add_generator_verbs(Cli& cli) {
         o.source = l->config;
         o.config = load_config(l->config, l->sets);
         for (const std::string& v : l->vary) o.vary.push_back(parse_vary(v));
-        if (!l->lrs.empty()) {
-          o.lrs.clear();
-          for (size_t begin = 0; begin <= l->lrs.size();) {
-            const size_t comma = std::min(l->lrs.find(',', begin), l->lrs.size());
-            const std::string item = l->lrs.substr(begin, comma - begin);
-            char* end = nullptr;
-            const double x = std::strtod(item.c_str(), &end);
-            if (item.empty() || end == nullptr || *end != '\0' || !(x > 0) || !(x <= 10)) {
-              throw flag_error("lr-sensitivity", "--lrs", l->lrs, "holds \"" + item + "\", not a learning rate in (0, 10]",
-                               "e.g. --lrs 3e-4,1e-3,3e-3");
-            }
-            o.lrs.push_back(x);
-            begin = comma + 1;
-          }
-        }
+        if (!l->lrs.empty()) o.lrs = parse_lrs(l->lrs);
         o.heldout = l->heldout;
         o.jobs = l->jobs;
         o.timeout_seconds = parse_duration(l->timeout, "lr-sensitivity", "--timeout");

@@ -235,13 +235,6 @@ std::string page_head(const std::string& title, const std::string& dygraph_js, c
          dygraph_css + "\n" + kStyle + "</style>\n<script>" + dygraph_js + "</script>\n</head><body>\n";
 }
 
-std::string short_g(double v) {
-  if (!std::isfinite(v)) return v > 0 ? "inf" : "nan";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
-}
-
 // An lr-sensitivity database: the loss-vs-LR chart (one line per variant,
 // log x, as in Wortsman et al.'s first figure) and each variant's table.
 ReportFacts write_lr_report(const std::string& dir, const std::string& out_path, const SweepStore& store,
@@ -266,8 +259,8 @@ ReportFacts write_lr_report(const std::string& dir, const std::string& out_path,
     facts.runs += int64_t(c.points.size());
     facts.failed += diverged;
     labels.push_back(c.variant.label);
-    h << "<tr><td>" << escape(c.variant.label) << "</td><td>" << short_g(c.sensitivity) << "</td><td>"
-      << short_g(c.best_loss) << "</td><td>" << short_g(c.best_lr) << "</td><td>" << diverged << " of " << c.points.size()
+    h << "<tr><td>" << escape(c.variant.label) << "</td><td>" << lr_number(c.sensitivity) << "</td><td>"
+      << lr_number(c.best_loss) << "</td><td>" << lr_number(c.best_lr) << "</td><td>" << diverged << " of " << c.points.size()
       << "</td></tr>\n";
   }
   h << "</table>\n<h2>Every run</h2>\n<table><tr><th>variant</th><th>peak lr</th><th>final loss</th>"
@@ -282,8 +275,8 @@ ReportFacts write_lr_report(const std::string& dir, const std::string& out_path,
         const RunMetrics& m = *p.summary.metrics;
         if (std::isfinite(m.final_loss)) value = m.final_loss;
         const Verdict& v = p.summary.verdict;
-        h << "<tr><td>" << escape(c.variant.label) << "</td><td>" << short_g(p.lr) << "</td><td>" << short_g(m.final_loss)
-          << "</td><td>" << short_g(m.max_attention_logit) << "</td><td>" << short_g(m.max_logit_z) << "</td><td>"
+        h << "<tr><td>" << escape(c.variant.label) << "</td><td>" << lr_number(p.lr) << "</td><td>" << lr_number(m.final_loss)
+          << "</td><td>" << lr_number(m.max_attention_logit) << "</td><td>" << lr_number(m.max_logit_z) << "</td><td>"
           << to_string(v.outcome) << (v.onset_step ? " at step " + std::to_string(*v.onset_step) : "")
           << (v.onset_rules.empty() ? "" : " (" + escape(v.onset_rules.front()) + ")") << (p.diverged() ? ", diverged" : "")
           << "</td></tr>\n";

@@ -35,6 +35,11 @@ struct LrVary {
 };
 // Parses "FIELD=V1,V2,..." (what --vary takes); an InputError names --vary.
 LrVary parse_vary(const std::string& text);
+// Parses "3e-4,1e-3,..." (what --lrs takes): each a learning rate in (0, 10];
+// anything else is an InputError naming --lrs.
+std::vector<double> parse_lrs(const std::string& text);
+// A number as the tables print it: 3 significant digits, "inf", "-inf", "nan".
+std::string lr_number(double v);
 
 struct LrVariant {
   std::string label;               // "model.gpt.qk_layernorm=true model.gpt.z_loss=1e-4" ("base" when nothing varies)

@@ -155,6 +155,17 @@ TEST(LrSensitivity, IsWortsmansExpectationOverTheGrid) {
   EXPECT_EQ(v[1].label, "model.gpt.qk_layernorm=false model.gpt.z_loss=1e-4");
   EXPECT_EQ(v[2].sets, (std::vector<std::string>{"model.gpt.qk_layernorm=true", "model.gpt.z_loss=0"}));
   EXPECT_EQ(lr_variants({}).front().label, "base");
+  EXPECT_EQ(parse_lrs("3e-4,0.1"), (std::vector<double>{3e-4, 0.1}));
+  for (const char* bad : {"1e-3,,0.1", "20", "fast", "0"}) {
+    try {
+      parse_lrs(bad);
+      ADD_FAILURE() << bad << " parses";
+    } catch (const InputError& e) {
+      EXPECT_TRUE(has(e.what(), "--lrs")) << e.what();
+    }
+  }
+  EXPECT_EQ(lr_number(0.33214), "0.332");
+  EXPECT_EQ(lr_number(-inf), "-inf");
   for (const char* bad : {"model.gpt.qk_layernorm", "model.gpt.qk_layernorm=true,,false", "model.gpt.qk_layrnorm=true"}) {
     try {
       parse_vary(bad);
