@@ -1,6 +1,7 @@
 #include "generators/cli.h"
 
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -9,6 +10,7 @@
 
 #include "generators/html_report.h"
 #include "generators/lr_sensitivity.h"
+#include "generators/merge.h"
 #include "generators/sweep.h"
 #include "harness/child.h"
 #include "scenarios/error.h"
@@ -47,11 +49,11 @@ double parse_duration(const std::string& text, const std::string& verb, const st
 namespace {
 
 struct SweepArgs {
-  std::string space, budget, timeout = "5m", out = "results/sweep";
+  std::string space, budget, timeout = "5m", out = "results/sweep", shard;
   int64_t runs = 24, shrink_bursts = 60, max_shrinks = 3;
   uint64_t seed = 0;
   int jobs = 2;
-  bool no_progress = false;
+  bool no_progress = false, shrink_in_shard = false;
 };
 
 struct ShrinkArgs {
@@ -63,6 +65,61 @@ struct ShrinkArgs {
 void check_positive(const char* verb, const char* flag, int64_t v) {
   if (v < 1) throw flag_error(verb, flag, std::to_string(v), "must be at least 1");
 }
+
+bool whole_number(const std::string& text, int64_t* v) {
+  if (text.empty() || text.size() > 15) return false;
+  for (const char c : text) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  *v = std::stoll(text);
+  return true;
+}
+
+}  // namespace
+
+std::pair<int64_t, int64_t> parse_shard(const std::string& text) {
+  const size_t slash = text.find('/');
+  int64_t index = 0, count = 0;
+  if (slash == std::string::npos || !whole_number(text.substr(0, slash), &index) ||
+      !whole_number(text.substr(slash + 1), &count) || count < 1) {
+    throw flag_error("sweep", "--shard", text, "is not I/N", "e.g. --shard 0/3, --shard 1/3, --shard 2/3 for three shards");
+  }
+  if (index >= count) {
+    throw flag_error("sweep", "--shard", text, "is out of range: shards count from 0",
+                     std::to_string(count) + " shards are 0/" + std::to_string(count) + " to " +
+                         std::to_string(count - 1) + "/" + std::to_string(count));
+  }
+  return {index, count};
+}
+
+std::optional<std::pair<int64_t, int64_t>> shard_from_slurm(const std::function<const char*(const char*)>& env) {
+  const char* id = env("SLURM_ARRAY_TASK_ID");
+  if (id == nullptr) return std::nullopt;
+  auto number = [&](const char* name, const char* fallback) {
+    const char* v = env(name);
+    const std::string text = v != nullptr ? v : fallback != nullptr ? fallback : "";
+    int64_t n = 0;
+    if (!whole_number(text, &n)) {
+      throw InputError("environment", name, text,
+                       v == nullptr ? "is not set, and SLURM_ARRAY_TASK_ID is: the shard cannot be told"
+                                    : "is not a whole number",
+                       "give the shard explicitly: --shard I/N");
+    }
+    return n;
+  };
+  const int64_t task = number("SLURM_ARRAY_TASK_ID", nullptr), min = number("SLURM_ARRAY_TASK_MIN", "0");
+  const int64_t step = std::max<int64_t>(1, number("SLURM_ARRAY_TASK_STEP", "1"));
+  const int64_t count = number("SLURM_ARRAY_TASK_COUNT", nullptr);
+  if (task < min || (task - min) % step != 0 || (task - min) / step >= count || count < 1) {
+    throw InputError("environment", "SLURM_ARRAY_TASK_ID", std::to_string(task),
+                     "is not on the array's grid (min " + std::to_string(min) + ", step " + std::to_string(step) +
+                         ", count " + std::to_string(count) + "): a list like --array=1,4,9 has no shard formula",
+                     "submit the array as a range (--array=0-K or A-B:S), or give --shard I/N");
+  }
+  return std::make_pair((task - min) / step, count);
+}
+
+namespace {
 
 }  // namespace
 
@@ -87,6 +144,17 @@ void add_generator_verbs(Cli& cli) {
         o.max_shrinks = s->max_shrinks;
         o.out_dir = s->out;
         o.progress = !s->no_progress;
+        if (!s->shard.empty()) {
+          std::tie(o.shard_index, o.shard_count) = parse_shard(s->shard);
+        } else if (const auto slurm = shard_from_slurm(std::getenv)) {
+          std::tie(o.shard_index, o.shard_count) = *slurm;
+          std::cout << "shard " << shard_text(o.shard_index, o.shard_count) << " from the Slurm array (task "
+                    << std::getenv("SLURM_ARRAY_TASK_ID") << ")\n";
+        }
+        if (s->shrink_in_shard && o.shard_count == 1) {
+          throw flag_error("sweep", "--shrink-in-shard", "", "needs --shard I/N (or a Slurm array task)");
+        }
+        o.shard_shrinks = s->shrink_in_shard;
         std::cout << "seed " << o.seed << " (rerun with --seed " << o.seed << " to resume or repeat)\n";
         return run_sweep(o, std::cout);
       });
@@ -101,6 +169,52 @@ void add_generator_verbs(Cli& cli) {
                     "Bursts each shrink may run (--shrink-budget: its old name)")->capture_default_str();
   sweep->add_option("--max-shrinks", s->max_shrinks, "Distinct failures to shrink, most frequent first")->capture_default_str();
   sweep->add_flag("--no-progress", s->no_progress, "No progress bar");
+  sweep->add_option("--shard", s->shard,
+                    "I/N: search only samples i with i mod N = I, into OUT/shard-I-of-N (default in a Slurm array task: "
+                    "(SLURM_ARRAY_TASK_ID - MIN) / STEP of SLURM_ARRAY_TASK_COUNT); then `merge`");
+  sweep->add_flag("--shrink-in-shard", s->shrink_in_shard, "A shard shrinks, records and replays its own failures too");
+
+  struct MergeArgs {
+    std::string out, budget, timeout = "5m";
+    std::vector<std::string> shards;
+    int64_t shrink_bursts = 60, max_shrinks = 3;
+    int jobs = 2;
+    bool allow_missing = false, no_progress = false;
+  };
+  auto mg = std::make_shared<MergeArgs>();
+  CLI::App* merge = cli.verb(
+      "merge", "Join the shards of a sharded sweep, then shrink, replay and report as one machine's sweep would", [mg] {
+        check_positive("merge", "-j", mg->jobs);
+        check_positive("merge", "--shrink-bursts", mg->shrink_bursts);
+        MergeOptions o;
+        o.out_dir = mg->out;
+        o.shard_dirs = mg->shards;
+        o.allow_missing = mg->allow_missing;
+        o.jobs = mg->jobs;
+        o.timeout_seconds = parse_duration(mg->timeout, "merge", "--timeout");
+        o.budget_seconds = mg->budget.empty() ? 0 : parse_duration(mg->budget, "merge", "--budget");
+        o.shrink_evaluations = mg->shrink_bursts;
+        o.max_shrinks = mg->max_shrinks;
+        o.progress = !mg->no_progress;
+        return run_merge(o, std::cout);
+      });
+  merge->add_option("out", mg->out, "The merged sweep's folder (sweep.db, repros/, report.html)")->required();
+  merge->add_option("shards", mg->shards, "The shards' folders, e.g. OUT/shard-*")->required();
+  merge->add_flag("--allow-missing", mg->allow_missing, "Merge even when some samples are in no shard (they are listed)");
+  merge->add_option("-j,--jobs", mg->jobs, "Shrink bursts at once, each in its own process")->capture_default_str();
+  merge->add_option("--budget", mg->budget, "Wall-time budget for the shrinks (a duration)");
+  merge->add_option("--timeout", mg->timeout, "Per-burst timeout")->capture_default_str();
+  merge->add_option("--shrink-bursts", mg->shrink_bursts, "Bursts each shrink may run")->capture_default_str();
+  merge->add_option("--max-shrinks", mg->max_shrinks, "Distinct failures to shrink, most frequent first")
+      ->capture_default_str();
+  merge->add_flag("--no-progress", mg->no_progress, "No progress bar");
+
+  auto cmp = std::make_shared<std::pair<std::string, std::string>>();
+  CLI::App* compare = cli.verb(
+      "compare", "Compare two sweeps: samples, verdicts, fault signatures, distinct failures and minimal configs",
+      [cmp] { return run_compare(cmp->first, cmp->second, std::cout); });
+  compare->add_option("a", cmp->first, "A sweep's --out folder (or a merge's OUT)")->required();
+  compare->add_option("b", cmp->second, "Another")->required();
 
   auto k = std::make_shared<ShrinkArgs>();
   CLI::App* shrink_cmd = cli.verb("shrink", "Shrink one failing config to a minimal one that fails the same way", [k] {

@@ -260,63 +260,23 @@ std::string record_and_replay(const std::string& binary, const TrainingConfig& c
   return verdict;
 }
 
-int run_sweep(const SweepOptions& o, std::ostream& out) {
-  const auto start = Clock::now();
-  Budget budget;
-  budget.evaluations = o.shrink_evaluations;
-  if (o.budget_seconds > 0) {
-    budget.deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.budget_seconds));
-  }
-  fs::create_directories(o.out_dir + "/repros");
-  SweepStore store(o.out_dir + "/sweep.db", o.space.to_json().dump(), o.seed);
-  const std::string binary = o.binary.empty() ? self_executable() : o.binary;
-  ChildEvaluator children(binary, o.jobs, o.timeout_seconds, o.out_dir + "/work");
-  EvalCache cache(&store);
-  out << "sweep: seed " << o.seed << ", " << o.runs << " runs over " << o.space_source << " ("
-      << o.space.dimensions().size() << " dimensions), " << o.jobs << " at a time; database " << store.path() << "\n";
+std::string environment_note(const BurstSummary& found) {
+  if (!found.environment) return "";
+  const Environment& there = *found.environment;
+  const Environment here = environment(there.device, there.threads);
+  if (environment_key(there) == environment_key(here)) return "";
+  std::string differs;
+  for (const std::string& w : environment_warnings(there, here, "node that found it")) differs += "; " + w;
+  return "found on node " + there.node + " in another environment than this one (" + here.node +
+         "): its shrink and replay here are not promised to be bit-exact" + differs +
+         " (to run them where it was found, run this on a node like " + there.node + ", e.g. srun -w " + there.node +
+         ")";
+}
 
-  // ---- search ----
-  std::vector<int64_t> pending;
-  int64_t done = 0, failures = 0;
-  for (int64_t i = 0; i < o.runs; ++i) {
-    if (store.has_sample(i)) ++done;
-    else pending.push_back(i);
-  }
-  for (const RunRow& r : store.runs("search")) {
-    if (r.sample < o.runs && !failure_class(r.summary.verdict).empty()) ++failures;
-  }
-  if (done > 0) out << "resuming: " << done << " of " << o.runs << " runs already in the database\n";
-  std::vector<TrainingConfig> to_run;
-  std::vector<int64_t> to_run_sample;
-  for (int64_t i : pending) {
-    const TrainingConfig c = o.space.config(sample_point(o.space, o.seed, uint64_t(i)));
-    if (std::optional<BurstSummary> hit = cache.find(config_hash(c).hex())) {  // trained before: not again
-      cache.add("search", i, c, *hit);
-      ++done;
-      failures += !failure_class(hit->verdict).empty();
-      continue;
-    }
-    to_run.push_back(c);
-    to_run_sample.push_back(i);
-  }
-  Progress progress(o.progress, o.runs);
-  int64_t done_here = 0, search_bursts = 0;
-  progress.update(done, failures, done_here);
-  children.evaluate(
-      to_run,
-      [&](size_t k, const BurstSummary& s) {
-        cache.add("search", to_run_sample[k], to_run[k], s);  // one transaction per finished run
-        ++done, ++done_here, ++search_bursts;
-        failures += !failure_class(s.verdict).empty();
-        progress.update(done, failures, done_here);
-      },
-      [&] { return budget.expired(); });
-  progress.done();
-  if (done < o.runs) {
-    out << "time budget spent after " << done << " of " << o.runs
-        << " runs; the same command resumes from the database\n";
-  }
-
+int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& store, const std::string& binary,
+                 Evaluator& children, EvalCache& cache, const Budget& budget, Clock::time_point start,
+                 int64_t search_bursts, std::ostream& out) {
+  Progress progress(o.progress, 0);
   // ---- distinct failures ----
   std::vector<RunRow> searched;
   for (RunRow& r : store.runs("search")) {
@@ -347,6 +307,7 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
       continue;
     }
     ++shrunk;
+    if (const std::string note = environment_note(g.first.summary); !note.empty()) out << g.signature << ": " << note << "\n";
     if (f.minimal_config_json.empty()) {
       if (budget.expired()) {
         out << "time budget spent before shrinking " << g.signature << "\n";
@@ -369,11 +330,11 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
       store.put_failure(f);
     }
     if (f.repro_path.empty() || !fs::exists(f.repro_path)) {
-      const std::string path = o.out_dir + "/repros/" + file_safe(g.signature) + ".repro.json";
+      const std::string path = dir + "/repros/" + file_safe(g.signature) + ".repro.json";
       bool ok = false;
       progress.note("recording and replaying the repro of " + g.signature + " ...");
       f.replay = record_and_replay(binary, config_from_json(json::parse(f.minimal_config_json), store.path()), path,
-                                   failure_class(g.first.summary.verdict), o.timeout_seconds, o.out_dir + "/work", &ok);
+                                   failure_class(g.first.summary.verdict), o.timeout_seconds, dir + "/work", &ok);
       progress.done();
       f.repro_path = fs::exists(path) ? path : "";
       store.put_failure(f);
@@ -413,6 +374,7 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
     if (row == rows.end()) continue;
     out << "\n" << ++index << ". " << g.signature << ": " << g.occurrences << " of " << n << " runs (first: sample "
         << g.first.sample << ")\n";
+    if (const std::string note = environment_note(g.first.summary); !note.empty()) out << "   " << note << "\n";
     if (row->minimal_config_json.empty()) {
       out << "   not shrunk (--max-shrinks " << o.max_shrinks << " or the time budget)\n";
       continue;
@@ -440,14 +402,107 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
     std::istringstream test(draft_regression_test(repro, row->repro_path));
     for (std::string l; std::getline(test, l);) out << "     " << l << "\n";
   }
-  remove_if_empty(o.out_dir + "/work");
+  remove_if_empty(dir + "/work");
   try {
-    const ReportFacts report = write_sweep_report(o.out_dir);
+    const ReportFacts report = write_sweep_report(dir);
     out << "\nreport: " << report.path << " (one offline page: open it in a browser)\n";
   } catch (const std::exception& e) {
     out << "\nno report written: " << e.what() << "\n";
   }
   return failed > 0 ? kExitFinding : kExitOk;
+}
+
+std::string shard_folder(const std::string& out_dir, int64_t index, int64_t count) {
+  return out_dir + "/shard-" + std::to_string(index) + "-of-" + std::to_string(count);
+}
+
+std::string shard_text(int64_t index, int64_t count) { return std::to_string(index) + "/" + std::to_string(count); }
+
+int run_sweep(const SweepOptions& o, std::ostream& out) {
+  const auto start = Clock::now();
+  Budget budget;
+  budget.evaluations = o.shrink_evaluations;
+  if (o.budget_seconds > 0) {
+    budget.deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.budget_seconds));
+  }
+  const bool sharded = o.shard_count > 1;
+  const std::string dir = sharded ? shard_folder(o.out_dir, o.shard_index, o.shard_count) : o.out_dir;
+  fs::create_directories(dir + "/repros");
+  SweepStore store(dir + "/sweep.db", o.space.to_json().dump(), o.seed);
+  const std::string binary = o.binary.empty() ? self_executable() : o.binary;
+  const std::string build = build_id(binary);
+  if (sharded) {
+    // A shard's database is only ever filled by one build: merge checks the shards agree on it.
+    if (const auto recorded = store.meta("build"); recorded && *recorded != build) {
+      throw InputError(store.path(), "build", *recorded, "was filled by another build of spikehunt than this one (" + build + ")",
+                       "resume the shard with the build that started it, or run the sharded sweep again in a fresh --out");
+    }
+    store.set_meta("shard", shard_text(o.shard_index, o.shard_count));
+  }
+  if (!store.meta("build")) store.set_meta("build", build);
+  store.set_meta("runs", std::to_string(o.runs));
+  ChildEvaluator children(binary, o.jobs, o.timeout_seconds, dir + "/work");
+  EvalCache cache(&store);
+  int64_t mine = 0;  // the samples this process searches
+  for (int64_t i = 0; i < o.runs; ++i) mine += i % o.shard_count == o.shard_index;
+  out << "sweep: seed " << o.seed << ", " << o.runs << " runs over " << o.space_source << " ("
+      << o.space.dimensions().size() << " dimensions), " << o.jobs << " at a time; database " << store.path() << "\n";
+  if (sharded) {
+    out << "shard " << shard_text(o.shard_index, o.shard_count) << ": samples i with i mod " << o.shard_count << " = "
+        << o.shard_index << ", " << mine << " of the " << o.runs << " runs\n";
+  }
+
+  // ---- search ----
+  std::vector<int64_t> pending;
+  int64_t done = 0, failures = 0;
+  for (int64_t i = o.shard_index; i < o.runs; i += o.shard_count) {
+    if (store.has_sample(i)) ++done;
+    else pending.push_back(i);
+  }
+  for (const RunRow& r : store.runs("search")) {
+    if (r.sample < o.runs && !failure_class(r.summary.verdict).empty()) ++failures;
+  }
+  if (done > 0) out << "resuming: " << done << " of " << mine << " runs already in the database\n";
+  std::vector<TrainingConfig> to_run;
+  std::vector<int64_t> to_run_sample;
+  for (int64_t i : pending) {
+    const TrainingConfig c = o.space.config(sample_point(o.space, o.seed, uint64_t(i)));
+    if (std::optional<BurstSummary> hit = cache.find(config_hash(c).hex())) {  // trained before: not again
+      cache.add("search", i, c, *hit);
+      ++done;
+      failures += !failure_class(hit->verdict).empty();
+      continue;
+    }
+    to_run.push_back(c);
+    to_run_sample.push_back(i);
+  }
+  Progress progress(o.progress, mine);
+  int64_t done_here = 0, search_bursts = 0;
+  progress.update(done, failures, done_here);
+  children.evaluate(
+      to_run,
+      [&](size_t k, const BurstSummary& s) {
+        cache.add("search", to_run_sample[k], to_run[k], s);  // one transaction per finished run
+        ++done, ++done_here, ++search_bursts;
+        failures += !failure_class(s.verdict).empty();
+        progress.update(done, failures, done_here);
+      },
+      [&] { return budget.expired(); });
+  progress.done();
+  if (done < mine) {
+    out << "time budget spent after " << done << " of " << mine
+        << " runs; the same command resumes from the database\n";
+  }
+  if (sharded && !o.shard_shrinks) {
+    out << "\nshard " << shard_text(o.shard_index, o.shard_count) << ": " << done << " of " << mine << " runs, "
+        << failures << " failed; bursts this invocation: " << search_bursts << "; "
+        << duration_text(std::chrono::duration<double>(Clock::now() - start).count()) << "\n"
+        << "merge the shards (shrink, repro, replay, report) when all have run:\n  " << program_name() << " merge "
+        << o.out_dir << " " << o.out_dir << "/shard-*-of-" << o.shard_count << "\n";
+    remove_if_empty(dir + "/work");
+    return failures > 0 ? kExitFinding : kExitOk;
+  }
+  return finish_sweep(o, dir, store, binary, children, cache, budget, start, search_bursts, out);
 }
 
 int run_shrink(const ShrinkOptions& o, std::ostream& out) {

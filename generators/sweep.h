@@ -11,6 +11,7 @@
 //   int exit_code = run_sweep(o, std::cout);
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -19,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "generators/driver.h"
 #include "generators/space.h"
 #include "harness/record.h"
 #include "harness/store.h"
@@ -38,7 +40,18 @@ struct SweepOptions {
   std::string out_dir = "results/sweep";
   std::string binary;               // the spikehunt executable ("": this one)
   bool progress = true;             // a progress bar on a terminal
+  // Sharding (`sweep --shard I/N`): this process searches the samples i with
+  // i mod shard_count = shard_index, into OUT/shard-I-of-N/sweep.db; the same
+  // seed and space give the same configs whatever N is. `spikehunt merge`
+  // joins the shards and shrinks. shard_shrinks: the shard shrinks its own
+  // failures too.
+  int64_t shard_index = 0, shard_count = 1;
+  bool shard_shrinks = false;
 };
+
+// "OUT/shard-1-of-3": where shard I of N keeps its database.
+std::string shard_folder(const std::string& out_dir, int64_t index, int64_t count);
+std::string shard_text(int64_t index, int64_t count);  // "1/3"
 
 // "46%": a rate for reports.
 std::string percent(double x);
@@ -83,6 +96,20 @@ SweepRates sweep_rates(const std::vector<RunRow>& searched, const SearchSpace& s
 
 // Runs (or resumes) a sweep; returns the exit code: 0 no failure, 1 failures found.
 int run_sweep(const SweepOptions& options, std::ostream& out);
+
+// Everything a sweep does after its search, on a database that holds the
+// search runs (`sweep` and `merge` share it): groups the failures by
+// signature, shrinks the most frequent, records and replays their repros,
+// prints the summary and writes DIR/report.html. A failure found in another
+// environment than this process's (a merged shard on another kind of node)
+// says that its shrink and replay here are not promised to be bit-exact.
+int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& store, const std::string& binary,
+                 Evaluator& children, EvalCache& cache, const Budget& budget,
+                 std::chrono::steady_clock::time_point start, int64_t search_bursts, std::ostream& out);
+
+// "" when `found` ran in this process's environment (or recorded none), else
+// the warning that a shrink and replay here are not promised to be bit-exact.
+std::string environment_note(const BurstSummary& found);
 
 struct ShrinkOptions {
   TrainingConfig config;            // the failing config

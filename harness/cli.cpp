@@ -273,9 +273,9 @@ int burst_verb(const BurstArgs& a) {
     summary = summary_of(r.verdict, std::move(r.step_hashes));
   }
   if (!a.hashes) summary.step_hashes.clear();
+  summary.environment = environment(to_string(config.device), config.threads);
   nlohmann::json j = to_json(summary);
   j["config_hash"] = config_hash(config).hex();
-  j["environment"] = to_json(environment(to_string(config.device), config.threads));
   write_file_atomic(a.result, j.dump() + "\n");
   return kExitOk;
 }

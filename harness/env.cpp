@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <unistd.h>
 
 #include <climits>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 #include <torch/csrc/api/include/torch/version.h>
+
 
 #include "harness/record.h"
 #include "scenarios/error.h"
@@ -79,6 +81,31 @@ std::string blas_in_use() {
   return name;
 }
 
+std::string aten_cpu_capability() {
+  static const std::string capability = [] {
+    // at::show_config(), looked up at run time like OpenBLAS's functions
+    // above: this file is also linked without LibTorch (the parser fuzz
+    // targets), and ATen/Version.h would make it a LibTorch-sized unit.
+    using ShowConfig = std::string (*)();
+    auto show_config = reinterpret_cast<ShowConfig>(::dlsym(RTLD_DEFAULT, "_ZN2at11show_configB5cxx11Ev"));
+    if (show_config == nullptr) return std::string("unknown");
+    const std::string config = show_config();  // "... CPU capability usage: AVX2\n ..."
+    const std::string key = "CPU capability usage: ";
+    const size_t at = config.find(key);
+    if (at == std::string::npos) return std::string("unknown");
+    const size_t from = at + key.size();
+    return config.substr(from, config.find_first_of("\n ", from) - from);
+  }();
+  return capability;
+}
+
+std::string node_name() {
+  if (const char* slurm = std::getenv("SLURMD_NODENAME"); slurm != nullptr && *slurm != '\0') return slurm;
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) return "unknown";
+  return host;
+}
+
 Environment environment(const std::string& device, int64_t threads) {
   Environment e;
   e.libtorch = TORCH_VERSION;
@@ -91,17 +118,28 @@ Environment environment(const std::string& device, int64_t threads) {
   e.compiler = "GCC " + std::to_string(__GNUC__) + "." + std::to_string(__GNUC_MINOR__) + "." +
                std::to_string(__GNUC_PATCHLEVEL__);
 #endif
+  e.cpu_capability = aten_cpu_capability();
+  e.node = node_name();
   return e;
 }
 
 nlohmann::json to_json(const Environment& e) {
-  return {{"spikehunt", e.spikehunt}, {"libtorch", e.libtorch}, {"blas", e.blas},
-          {"device", e.device},       {"threads", e.threads},   {"compiler", e.compiler}};
+  nlohmann::json j = {{"spikehunt", e.spikehunt}, {"libtorch", e.libtorch}, {"blas", e.blas},
+                      {"device", e.device},       {"threads", e.threads},   {"compiler", e.compiler}};
+  if (!e.cpu_capability.empty()) j["cpu_capability"] = e.cpu_capability;
+  if (!e.node.empty()) j["node"] = e.node;
+  return j;
 }
 
 std::string describe(const Environment& e) {
   return "spikehunt " + e.spikehunt + " | LibTorch " + e.libtorch + " | " + e.device + ", " +
-         std::to_string(e.threads) + " thread(s) | BLAS: " + e.blas;
+         std::to_string(e.threads) + " thread(s) | BLAS: " + e.blas +
+         (e.cpu_capability.empty() ? "" : " | ATen CPU: " + e.cpu_capability);
+}
+
+std::string environment_key(const Environment& e) {
+  return "spikehunt " + e.spikehunt + " | LibTorch " + e.libtorch + " | " + e.device + " | BLAS: " + e.blas +
+         " | ATen CPU: " + (e.cpu_capability.empty() ? "?" : e.cpu_capability) + " | " + e.compiler;
 }
 
 Environment environment_from_json(const nlohmann::json& j, const std::string& field, const std::string& file) {
@@ -114,6 +152,8 @@ Environment environment_from_json(const nlohmann::json& j, const std::string& fi
     e.device = j.value("device", "");
     e.threads = j.contains("threads") ? json_integer(j["threads"], field + ".threads", file) : 0;
     e.compiler = j.value("compiler", "");
+    e.cpu_capability = j.value("cpu_capability", "");
+    e.node = j.value("node", "");
   } catch (const nlohmann::json::exception& ex) {
     throw InputError(file, field, "", std::string("is malformed: ") + ex.what());
   }
@@ -130,6 +170,10 @@ std::vector<std::string> environment_warnings(const Environment& recorded, const
   if (here.blas != recorded.blas) {
     warnings.push_back("BLAS differs (here: " + here.blas + "; " + where + ": " + recorded.blas +
                        "): bit-exactness is not promised");
+  }
+  if (!here.cpu_capability.empty() && !recorded.cpu_capability.empty() && here.cpu_capability != recorded.cpu_capability) {
+    warnings.push_back("ATen picks " + here.cpu_capability + " kernels here, " + recorded.cpu_capability + " in the " +
+                       where + ": bit-exactness is not promised");
   }
   return warnings;
 }

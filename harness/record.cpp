@@ -390,6 +390,7 @@ json to_json(const BurstSummary& s) {
     each_metric_number(m, [&](const char* key, double x) { out[key] = number(x); });
     out["heldout_samples"] = m.heldout_samples;
   }
+  if (s.environment) j["environment"] = to_json(*s.environment);
   return j;
 }
 
@@ -417,6 +418,7 @@ BurstSummary summary_from_json(const json& j, const std::string& file) {
     }
     s.metrics = r;
   }
+  if (j.contains("environment")) s.environment = environment_from_json(j["environment"], "environment", file);
   return s;
 }
 

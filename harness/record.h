@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/env.h"
 #include "harness/hash.h"
 
 namespace spikehunt {
@@ -173,6 +174,7 @@ struct BurstSummary {
   StepHashes first;                      // step 0's hashes: which data the burst started on
   std::vector<StepHashes> step_hashes;   // every step, when asked for (repro files)
   std::optional<RunMetrics> metrics;     // when the burst was asked to measure them
+  std::optional<Environment> environment;  // where it ran (a child reports it; absent in older databases)
 };
 // A summary with `first` taken from the step hashes (empty: no step ran).
 BurstSummary summary_of(Verdict verdict, std::vector<StepHashes> step_hashes);

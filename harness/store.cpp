@@ -1,6 +1,7 @@
 #include "harness/store.h"
 
 #include <sqlite3.h>
+#include <sys/vfs.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -8,7 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/env.h"
+#include "harness/hash.h"
 #include "scenarios/error.h"
+#include "scenarios/files.h"
 
 namespace spikehunt {
 
@@ -91,7 +95,37 @@ CREATE TABLE IF NOT EXISTS failures(
   replay TEXT NOT NULL);
 )";
 
+// A write-ahead log needs shared memory between the processes that open the
+// database, which network filesystems do not give (sqlite.org/wal.html); a
+// sweep's results folder on a cluster's shared filesystem (NFS, Lustre, GPFS,
+// BeeGFS, CephFS, SMB) keeps a rollback journal instead.
+bool on_network_filesystem(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  struct statfs fs {};
+  if (::statfs(dir.c_str(), &fs) != 0) return false;
+  switch (static_cast<uint64_t>(fs.f_type)) {
+    case 0x6969:        // NFS
+    case 0x0BD00BD0:    // Lustre
+    case 0x47504653:    // GPFS
+    case 0x19830326:    // BeeGFS
+    case 0x00C36400:    // CephFS
+    case 0xFF534D42:    // CIFS
+    case 0xFE534D42:    // SMB2
+    case 0x65735546:    // FUSE (sshfs, and many cluster filesystems' clients)
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
+
+std::string build_id(const std::string& executable) {
+  const std::string bytes = read_file(executable);
+  return std::string("spikehunt ") + kVersion + " | LibTorch " + environment("cpu", 1).libtorch + " | " +
+         hash_bytes(bytes.data(), bytes.size()).hex().substr(0, 16);
+}
 
 SweepStore::SweepStore(const std::string& path, const std::string& space_json, uint64_t seed)
     : path_(path), space_json_(space_json), seed_(seed) {
@@ -103,7 +137,8 @@ SweepStore::SweepStore(const std::string& path, const std::string& space_json, u
   }
   sqlite3_busy_timeout(db_, 5000);
   try {
-    exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
+    exec(on_network_filesystem(path) ? "PRAGMA journal_mode=DELETE; PRAGMA synchronous=FULL;"
+                                     : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
     exec(kSchema);
   } catch (const std::runtime_error& e) {
     sqlite3_close(db_);
@@ -220,6 +255,29 @@ void SweepStore::add_run(RunRow row) {
   s.bind(10, fault_signature(v)).bind(11, row.summary.first.input.hex()).bind(12, row.summary.first.labels.hex());
   s.bind(13, v.steps_run).bind(14, v.wall_seconds).bind(15, to_json(row.summary).dump());
   s.step();  // autocommit: one transaction per run
+}
+
+void SweepStore::add_runs(std::vector<RunRow> rows) {
+  exec("BEGIN IMMEDIATE");
+  try {
+    for (RunRow& r : rows) add_run(std::move(r));
+    exec("COMMIT");
+  } catch (...) {
+    exec("ROLLBACK");
+    throw;
+  }
+}
+
+std::optional<std::string> SweepStore::meta(const std::string& key) const {
+  Statement s(db_, "SELECT value FROM meta WHERE key = ?");
+  s.bind(1, key);
+  if (!s.step()) return std::nullopt;
+  return s.text(0);
+}
+
+void SweepStore::set_meta(const std::string& key, const std::string& value) {
+  Statement s(db_, "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)");
+  s.bind(1, key).bind(2, value).step();
 }
 
 std::vector<RunRow> SweepStore::runs(const std::string& kind) const {

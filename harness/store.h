@@ -40,6 +40,11 @@ struct FailureRow {
   std::string replay;              // "reproduced" or the first mismatch
 };
 
+// The executable a sweep's bursts run: its version, LibTorch's, and a hash of
+// the file's bytes ("spikehunt 0.1.0 | LibTorch 1.13.0 | 3f2a...": 16 hex
+// digits of XXH3-128), so shards of one sweep can be checked to be one build.
+std::string build_id(const std::string& executable);
+
 class SweepStore {
  public:
   // Opens or creates the database. One made with another space or seed is an
@@ -59,12 +64,19 @@ class SweepStore {
   bool has_sample(int64_t sample, const std::string& kind = "search") const;  // a run of that kind with that sample
   std::optional<BurstSummary> find(const std::string& config_hash) const;  // the memo
   void add_run(RunRow row);                                                 // one transaction
+  void add_runs(std::vector<RunRow> rows);                                  // one transaction for all
   std::vector<RunRow> runs(const std::string& kind) const;                  // in id order
   int64_t count(const std::string& kind) const;
 
   void put_failure(const FailureRow& f);  // insert or replace, one transaction
   std::optional<FailureRow> failure(const std::string& signature) const;
   std::vector<FailureRow> failures() const;  // in order of first_run
+
+  // Facts about the sweep beside its space and seed: "runs" (the search
+  // samples asked for), "shard" ("I/N" for a shard of a sharded sweep),
+  // "build" (build_id() of the executable that ran its bursts).
+  std::optional<std::string> meta(const std::string& key) const;
+  void set_meta(const std::string& key, const std::string& value);  // insert or replace
 
  private:
   SweepStore() = default;
