@@ -15,7 +15,7 @@ case "$what" in
   *) echo "usage: scripts/quickstart.sh run|test" >&2; exit 2 ;;
 esac
 
-scripts/setup.sh
+if [ "$what" = test ]; then scripts/setup.sh --slurm; else scripts/setup.sh; fi
 
 if [ "$what" = test ]; then
   scripts/build.sh -DSPIKEHUNT_FUZZ=ON  # the tests include every fuzz target on its corpus

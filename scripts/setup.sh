@@ -3,6 +3,8 @@
 # already installed is skipped, and apt is not touched when nothing is missing.
 # Usage: scripts/setup.sh            (as root, or with sudo available)
 #        scripts/setup.sh --peer     also PyTorch's Python API (python3-torch) for bench/peer/
+#        scripts/setup.sh --slurm    also Slurm and munge, for the test of sharded sweeps
+#                                    (tests/slurm_cluster.sh; scripts/quickstart.sh test passes it)
 set -euo pipefail
 
 packages=(
@@ -15,12 +17,14 @@ packages=(
   libjs-dygraphs chromium
 )
 
-if [ "${1:-}" = "--peer" ]; then
-  packages+=(python3-torch)
-elif [ -n "${1:-}" ]; then
-  echo "setup: unknown option $1 (known: --peer)" >&2
-  exit 2
-fi
+for option in "$@"; do
+  case "$option" in
+    --peer) packages+=(python3-torch) ;;
+    # The daemons are not started as services: the test starts its own cluster.
+    --slurm) packages+=(slurmctld slurmd slurm-client munge) ;;
+    *) echo "setup: unknown option $option (known: --peer, --slurm)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
