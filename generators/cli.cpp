@@ -198,8 +198,8 @@ void add_generator_verbs(Cli& cli) {
         o.progress = !mg->no_progress;
         return run_merge(o, std::cout);
       });
-  merge->add_option("out", mg->out, "The merged sweep's folder (sweep.db, repros/, report.html)")->required();
-  merge->add_option("shards", mg->shards, "The shards' folders, e.g. OUT/shard-*")->required();
+  merge->add_option("OUT", mg->out, "The merged sweep's folder (sweep.db, repros/, report.html)")->required();
+  merge->add_option("SHARD_DIR", mg->shards, "The shards' folders, e.g. OUT/shard-*")->required();
   merge->add_flag("--allow-missing", mg->allow_missing, "Merge even when some samples are in no shard (they are listed)");
   merge->add_option("-j,--jobs", mg->jobs, "Shrink bursts at once, each in its own process")->capture_default_str();
   merge->add_option("--budget", mg->budget, "Wall-time budget for the shrinks (a duration)");
@@ -213,8 +213,8 @@ void add_generator_verbs(Cli& cli) {
   CLI::App* compare = cli.verb(
       "compare", "Compare two sweeps: samples, verdicts, fault signatures, distinct failures and minimal configs",
       [cmp] { return run_compare(cmp->first, cmp->second, std::cout); });
-  compare->add_option("a", cmp->first, "A sweep's --out folder (or a merge's OUT)")->required();
-  compare->add_option("b", cmp->second, "Another")->required();
+  compare->add_option("A", cmp->first, "A sweep's --out folder (or a merge's OUT)")->required();
+  compare->add_option("B", cmp->second, "Another")->required();
 
   auto k = std::make_shared<ShrinkArgs>();
   CLI::App* shrink_cmd = cli.verb("shrink", "Shrink one failing config to a minimal one that fails the same way", [k] {

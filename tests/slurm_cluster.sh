@@ -24,6 +24,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Bad flags of the wrapper are exit 2 with the flag and its value, before anything is submitted.
+bad() {  # bad PATTERN -- args...
+  local pattern=$1 rc=0 said
+  shift 2
+  said=$("$slurm/spikehunt-slurm" "$@" 2>&1) || rc=$?
+  [ $rc -eq 2 ] && grep -q -- "$pattern" <<<"$said" || fail "spikehunt-slurm $*: exit $rc, '$said'"
+}
+bad "--shards = 4 is more than --runs = 3" -- submit builtin --runs 3 --shards 4 --out "$work/bad"
+bad "--seed = 'x' must be a whole number" -- submit builtin --runs 3 --shards 2 --seed x --out "$work/bad"
+bad "SPACE = '$work/none.json' is not a file" -- submit "$work/none.json" --runs 3 --shards 2 --out "$work/bad" --spikehunt "$bin"
+bad "$work/slurm/submission is missing" -- resubmit "$work" 1
+[ ! -e "$work/bad" ] || fail "a refused submission wrote nothing"
+
 rc=0
 "$slurm/local-cluster.sh" start "$cluster" --owner $$ >"$work/start.log" 2>&1 || rc=$?
 if [ $rc -eq 3 ]; then skip "$(cat "$work/start.log")"; fi
