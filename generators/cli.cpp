@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <tuple>
 
 #include <CLI/CLI.hpp>
 
@@ -48,12 +49,20 @@ double parse_duration(const std::string& text, const std::string& verb, const st
 
 namespace {
 
-struct SweepArgs {
-  std::string space, budget, timeout = "5m", out = "results/sweep", shard;
-  int64_t runs = 24, shrink_bursts = 60, max_shrinks = 3;
-  uint64_t seed = 0;
+// The flags of what a sweep does besides its search (its bursts, shrinks,
+// budget), shared by `sweep` and `merge`.
+struct FinishArgs {
+  std::string budget, timeout = "5m";
+  int64_t shrink_bursts = 60, max_shrinks = 3;
   int jobs = 2;
-  bool no_progress = false, shrink_in_shard = false;
+  bool no_progress = false;
+};
+
+struct SweepArgs : FinishArgs {
+  std::string space, out = "results/sweep", shard;
+  int64_t runs = 24;
+  uint64_t seed = 0;
+  bool shrink_in_shard = false;
 };
 
 struct ShrinkArgs {
@@ -64,6 +73,27 @@ struct ShrinkArgs {
 
 void check_positive(const char* verb, const char* flag, int64_t v) {
   if (v < 1) throw flag_error(verb, flag, std::to_string(v), "must be at least 1");
+}
+
+void apply_finish_args(const char* verb, const FinishArgs& a, SweepOptions* o) {
+  check_positive(verb, "-j", a.jobs);
+  check_positive(verb, "--shrink-bursts", a.shrink_bursts);
+  o->jobs = a.jobs;
+  o->timeout_seconds = parse_duration(a.timeout, verb, "--timeout");
+  o->budget_seconds = a.budget.empty() ? 0 : parse_duration(a.budget, verb, "--budget");
+  o->shrink_evaluations = a.shrink_bursts;
+  o->max_shrinks = a.max_shrinks;
+  o->progress = !a.no_progress;
+}
+
+void add_finish_flags(CLI::App* verb, FinishArgs& a, const char* budget_help, const char* shrink_bursts_names,
+                      const char* shrink_bursts_help) {
+  verb->add_option("-j,--jobs", a.jobs, "Bursts at once, each in its own process")->capture_default_str();
+  verb->add_option("--budget", a.budget, budget_help);
+  verb->add_option("--timeout", a.timeout, "Per-burst timeout: a burst past it is a timeout verdict")->capture_default_str();
+  verb->add_option(shrink_bursts_names, a.shrink_bursts, shrink_bursts_help)->capture_default_str();
+  verb->add_option("--max-shrinks", a.max_shrinks, "Distinct failures to shrink, most frequent first")->capture_default_str();
+  verb->add_flag("--no-progress", a.no_progress, "No progress bar");
 }
 
 bool whole_number(const std::string& text, int64_t* v) {
@@ -133,17 +163,10 @@ void add_generator_verbs(Cli& cli) {
           o.space_source = s->space;
         }
         check_positive("sweep", "--runs", s->runs);
-        check_positive("sweep", "-j", s->jobs);
-        check_positive("sweep", "--shrink-bursts", s->shrink_bursts);
+        apply_finish_args("sweep", *s, &o);
         o.runs = s->runs;
         o.seed = s->seed;
-        o.jobs = s->jobs;
-        o.timeout_seconds = parse_duration(s->timeout, "sweep", "--timeout");
-        o.budget_seconds = s->budget.empty() ? 0 : parse_duration(s->budget, "sweep", "--budget");
-        o.shrink_evaluations = s->shrink_bursts;
-        o.max_shrinks = s->max_shrinks;
         o.out_dir = s->out;
-        o.progress = !s->no_progress;
         if (!s->shard.empty()) {
           std::tie(o.shard_index, o.shard_count) = parse_shard(s->shard);
         } else if (const auto slurm = shard_from_slurm(std::getenv)) {
@@ -161,53 +184,34 @@ void add_generator_verbs(Cli& cli) {
   sweep->add_option("--space", s->space, "Search space JSON (default: the built-in space, configs/space.json)");
   sweep->add_option("--runs", s->runs, "Search samples")->capture_default_str();
   sweep->add_option("--seed", s->seed, "Sweep seed: sample i is the same point for the same seed")->capture_default_str();
-  sweep->add_option("-j,--jobs", s->jobs, "Bursts at once, each in its own process")->capture_default_str();
-  sweep->add_option("--budget", s->budget, "Wall-time budget for the whole sweep, e.g. 30m, 90s, 1h30m (a duration)");
-  sweep->add_option("--timeout", s->timeout, "Per-burst timeout: a burst past it is a timeout verdict")->capture_default_str();
+  add_finish_flags(sweep, *s, "Wall-time budget for the whole sweep, e.g. 30m, 90s, 1h30m (a duration)",
+                   "--shrink-bursts,--shrink-budget", "Bursts each shrink may run (--shrink-budget: its old name)");
   sweep->add_option("--out", s->out, "Folder for sweep.db and repros/")->capture_default_str();
-  sweep->add_option("--shrink-bursts,--shrink-budget", s->shrink_bursts,
-                    "Bursts each shrink may run (--shrink-budget: its old name)")->capture_default_str();
-  sweep->add_option("--max-shrinks", s->max_shrinks, "Distinct failures to shrink, most frequent first")->capture_default_str();
-  sweep->add_flag("--no-progress", s->no_progress, "No progress bar");
   sweep->add_option("--shard", s->shard,
                     "I/N: search only samples i with i mod N = I, into OUT/shard-I-of-N (default in a Slurm array task: "
                     "(SLURM_ARRAY_TASK_ID - MIN) / STEP of SLURM_ARRAY_TASK_COUNT); then `merge`");
   sweep->add_flag("--shrink-in-shard", s->shrink_in_shard, "A shard shrinks, records and replays its own failures too");
 
-  struct MergeArgs {
-    std::string out, budget, timeout = "5m";
+  struct MergeArgs : FinishArgs {
+    std::string out;
     std::vector<std::string> shards;
-    int64_t shrink_bursts = 60, max_shrinks = 3;
-    int jobs = 2;
-    bool allow_missing = false, no_progress = false;
+    bool allow_missing = false;
   };
   auto mg = std::make_shared<MergeArgs>();
   CLI::App* merge = cli.verb(
       "merge", "Join the shards of a sharded sweep, then shrink, replay and report as one machine's sweep would", [mg] {
-        check_positive("merge", "-j", mg->jobs);
-        check_positive("merge", "--shrink-bursts", mg->shrink_bursts);
         MergeOptions o;
+        apply_finish_args("merge", *mg, &o.sweep);
         o.out_dir = mg->out;
         o.shard_dirs = mg->shards;
         o.allow_missing = mg->allow_missing;
-        o.jobs = mg->jobs;
-        o.timeout_seconds = parse_duration(mg->timeout, "merge", "--timeout");
-        o.budget_seconds = mg->budget.empty() ? 0 : parse_duration(mg->budget, "merge", "--budget");
-        o.shrink_evaluations = mg->shrink_bursts;
-        o.max_shrinks = mg->max_shrinks;
-        o.progress = !mg->no_progress;
         return run_merge(o, std::cout);
       });
   merge->add_option("OUT", mg->out, "The merged sweep's folder (sweep.db, repros/, report.html)")->required();
   merge->add_option("SHARD_DIR", mg->shards, "The shards' folders, e.g. OUT/shard-*")->required();
   merge->add_flag("--allow-missing", mg->allow_missing, "Merge even when some samples are in no shard (they are listed)");
-  merge->add_option("-j,--jobs", mg->jobs, "Shrink bursts at once, each in its own process")->capture_default_str();
-  merge->add_option("--budget", mg->budget, "Wall-time budget for the shrinks (a duration)");
-  merge->add_option("--timeout", mg->timeout, "Per-burst timeout")->capture_default_str();
-  merge->add_option("--shrink-bursts", mg->shrink_bursts, "Bursts each shrink may run")->capture_default_str();
-  merge->add_option("--max-shrinks", mg->max_shrinks, "Distinct failures to shrink, most frequent first")
-      ->capture_default_str();
-  merge->add_flag("--no-progress", mg->no_progress, "No progress bar");
+  add_finish_flags(merge, *mg, "Wall-time budget for the shrinks (a duration)", "--shrink-bursts",
+                   "Bursts each shrink may run");
 
   auto cmp = std::make_shared<std::pair<std::string, std::string>>();
   CLI::App* compare = cli.verb(

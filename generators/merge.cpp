@@ -127,7 +127,7 @@ int run_merge(const MergeOptions& m, std::ostream& out) {
     shards.push_back(open_shard(dir));
   }
   for (const char* field : {"seed", "space", "runs", "shard count", "build"}) check_agree(shards, field);
-  const std::string binary = m.binary.empty() ? self_executable() : m.binary;
+  const std::string binary = m.sweep.binary.empty() ? self_executable() : m.sweep.binary;
   const std::string build = build_id(binary);
   if (shards.front().facts["build"] != build) {
     throw InputError(shards.front().store->path(), "build", shards.front().facts["build"],
@@ -171,19 +171,13 @@ int run_merge(const MergeOptions& m, std::ostream& out) {
 
   // ---- join the runs: one transaction, samples already merged are kept ----
   const std::string space_json = shards.front().facts["space"];
-  SweepOptions o;
+  SweepOptions o = m.sweep;
   o.space = SearchSpace::from_json(json::parse(space_json), shards.front().store->path());
   o.space_source = "the shards' space";
   o.seed = shards.front().store->seed();
   o.runs = runs;
-  o.jobs = m.jobs;
-  o.timeout_seconds = m.timeout_seconds;
-  o.budget_seconds = m.budget_seconds;
-  o.shrink_evaluations = m.shrink_evaluations;
-  o.max_shrinks = m.max_shrinks;
   o.out_dir = m.out_dir;
   o.binary = binary;
-  o.progress = m.progress;
   fs::create_directories(m.out_dir + "/repros");
   SweepStore store(m.out_dir + "/sweep.db", space_json, o.seed);
   store.set_meta("build", build);

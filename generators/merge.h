@@ -20,19 +20,17 @@
 #include <string>
 #include <vector>
 
+#include "generators/sweep.h"
+
 namespace spikehunt {
 
 struct MergeOptions {
   std::string out_dir;                 // the merged sweep's folder
   std::vector<std::string> shard_dirs; // each a `sweep --shard` folder
   bool allow_missing = false;          // merge even when samples are in no shard
-  int jobs = 2;
-  double timeout_seconds = 300;
-  double budget_seconds = 0;
-  int64_t shrink_evaluations = 60;
-  int64_t max_shrinks = 3;
-  std::string binary;                  // "": this executable
-  bool progress = true;
+  // Its bursts, shrinks, budget, binary and progress line, as a sweep's; the
+  // space, seed and runs come from the shards.
+  SweepOptions sweep;
 };
 
 // Exit code: 0 no failure, 1 failures found; bad or inconsistent shards, and
