@@ -1,6 +1,8 @@
 #include "generators/driver.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -100,66 +102,188 @@ void EvalCache::add(const std::string& kind, int64_t sample, const TrainingConfi
 
 // ---- shrinking ----
 
+namespace {
+
+// One shrink's bookkeeping: the current failing point, the memo, the budget.
+class Shrinker {
+ public:
+  Shrinker(const SearchSpace& space, const BurstSummary& start_summary, Evaluator& evaluator, EvalCache& cache,
+           const Budget& budget, ShrinkResult* result)
+      : space_(space), evaluator_(evaluator), cache_(cache), budget_(budget), r_(*result),
+        target_(failure_class(start_summary.verdict)) {
+    for (int64_t i = 0; i < space.digits(); ++i) ordered_.push_back(ordered(space.dimensions()[size_t(space.dimension_of(i))]));
+  }
+
+  // A dimension whose values, in their order from the simplest, make a
+  // failure less likely the simpler they are (a learning rate, a momentum,
+  // batches, epochs): log ranges and ranges but seeds. Sets, task orders and
+  // seeds are not ordered that way.
+  static bool ordered(const Dimension& d) {
+    return (d.kind == "log_range" || d.kind == "range") && d.field != "seed";
+  }
+  bool is_ordered(size_t digit) const { return ordered_[digit]; }
+
+  // A candidate at or below (on ordered values; equal on the others) one
+  // that was seen not to fail this way does not fail either: no burst.
+  bool implied_healthy(const SpacePoint& q) const {
+    for (const SpacePoint& r : rejected_) {
+      bool below = true;
+      for (size_t i = 0; i < q.size() && below; ++i) below = ordered_[i] ? q[i] <= r[i] : q[i] == r[i];
+      if (below) return true;
+    }
+    return false;
+  }
+
+  // Evaluates `candidates` (each strictly simpler than the current point) in
+  // order, up to parallelism() at once, and takes the first that fails in the
+  // target class. Returns its index, or -1. Candidates after it in its window
+  // were run against the old point: they are in the memo, not taken.
+  int take_first(const std::vector<SpacePoint>& candidates) {
+    const size_t window = size_t(std::max(evaluator_.parallelism(), 1));
+    for (size_t from = 0; from < candidates.size() && !exhausted_; from += window) {
+      const size_t to = std::min(candidates.size(), from + window);
+      std::vector<std::optional<BurstSummary>> summaries(to - from);
+      std::vector<TrainingConfig> to_run;
+      std::vector<size_t> to_run_index;
+      for (size_t i = from; i < to; ++i) {
+        if (implied_healthy(candidates[i])) {
+          ++r_.implied;
+          continue;
+        }
+        const TrainingConfig c = space_.config(candidates[i]);
+        if (std::optional<BurstSummary> hit = cache_.find(config_hash(c).hex())) {
+          summaries[i - from] = hit;
+          ++r_.memo_hits;
+        } else if (r_.evaluations + int64_t(to_run.size()) < budget_.evaluations && !budget_.expired()) {
+          to_run.push_back(c);
+          to_run_index.push_back(i - from);
+        } else {
+          exhausted_ = true;
+        }
+      }
+      evaluator_.evaluate(to_run, [&](size_t k, const BurstSummary& s) {
+        summaries[to_run_index[k]] = s;
+        cache_.add("shrink", -1, to_run[k], s);
+        ++r_.evaluations;
+      });
+      for (size_t i = from; i < to; ++i) {
+        if (implied_healthy(candidates[i])) continue;
+        if (!summaries[i - from]) return -1;  // not evaluated: the budget ran out before it
+        if (failure_class(summaries[i - from]->verdict) == target_) {
+          r_.minimal = candidates[i];
+          r_.summary = *summaries[i - from];
+          ++r_.accepted;
+          return int(i);
+        }
+        // Decided in order (what runs after a taken one in its window is not), so -j changes nothing.
+        rejected_.push_back(candidates[i]);
+      }
+    }
+    return -1;
+  }
+  bool take(const SpacePoint& candidate) { return take_first({candidate}) == 0; }
+  bool exhausted() const { return exhausted_; }
+
+ private:
+  const SearchSpace& space_;
+  Evaluator& evaluator_;
+  EvalCache& cache_;
+  const Budget& budget_;
+  ShrinkResult& r_;
+  std::string target_;
+  bool exhausted_ = false;
+  std::vector<bool> ordered_;        // per digit
+  std::vector<SpacePoint> rejected_; // candidates seen not to fail this way
+};
+
+}  // namespace
+
 ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
                     Evaluator& evaluator, EvalCache& cache, const Budget& budget,
                     const std::function<void(const ShrinkResult&)>& progress) {
   ShrinkResult result;
   result.start = result.minimal = start;
   result.summary = start_summary;
-  const std::string target = failure_class(start_summary.verdict);
-  if (target.empty()) return result;  // nothing fails: nothing to shrink
-  rc::Shrinkable<SpacePoint> current = shrinkable_point(space, start);
-  const size_t window = size_t(std::max(evaluator.parallelism(), 1));
+  if (failure_class(start_summary.verdict).empty()) return result;  // nothing fails: nothing to shrink
+  Shrinker shrinker(space, start_summary, evaluator, cache, budget, &result);
+  const std::vector<Dimension>& dims = space.dimensions();
+  std::vector<int64_t> first_digit;  // of each dimension
+  for (int64_t i = 0, at = 0; i < int64_t(dims.size()); at += dims[size_t(i)].arity(), ++i) first_digit.push_back(at);
+  auto dimension_distance = [&](const SpacePoint& p, size_t d) {
+    double sum = 0;
+    for (int64_t i = first_digit[d]; i < first_digit[d] + dims[d].arity(); ++i) {
+      sum += double(p[size_t(i)]) / double(std::max<int64_t>(space.digit_limit(i) - 1, 1));
+    }
+    return sum;
+  };
+  std::vector<bool> bisected(start.size(), false);  // a digit's boundary was searched in an earlier pass
   while (true) {
-    rc::Seq<rc::Shrinkable<SpacePoint>> candidates = current.shrinks();
-    bool accepted = false, exhausted = false;
-    while (!accepted && !exhausted) {
-      // The next window of valid candidates, in the tree's order.
-      std::vector<rc::Shrinkable<SpacePoint>> batch;
-      while (batch.size() < window) {
-        rc::Maybe<rc::Shrinkable<SpacePoint>> c = candidates.next();
-        if (!c) break;
-        if (space.valid(c->value())) batch.push_back(std::move(*c));
+    const SpacePoint pass_start = result.minimal;
+    // 1. Whole dimensions back to their simplest value, the farthest first,
+    //    until a round takes none: each taken one is a field fewer away from
+    //    the simplest config, which minimality counts first, so fields go
+    //    before any value moves to the edge of the failure.
+    for (bool took = true; took && !shrinker.exhausted();) {
+      took = false;
+      std::vector<size_t> order;
+      for (size_t d = 0; d < dims.size(); ++d) {
+        if (dimension_distance(result.minimal, d) > 0) order.push_back(d);
       }
-      if (batch.empty()) break;
-      std::vector<std::optional<BurstSummary>> summaries(batch.size());
-      std::vector<TrainingConfig> to_run;
-      std::vector<size_t> to_run_index;
-      for (size_t i = 0; i < batch.size(); ++i) {
-        const TrainingConfig c = space.config(batch[i].value());
-        if (std::optional<BurstSummary> hit = cache.find(config_hash(c).hex())) {
-          summaries[i] = hit;
-          ++result.memo_hits;
-        } else if (result.evaluations + int64_t(to_run.size()) < budget.evaluations && !budget.expired()) {
-          to_run.push_back(c);
-          to_run_index.push_back(i);
-        } else {
-          exhausted = true;
-        }
-      }
-      evaluator.evaluate(to_run, [&](size_t k, const BurstSummary& s) {
-        summaries[to_run_index[k]] = s;
-        cache.add("shrink", -1, to_run[k], s);
-        ++result.evaluations;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return dimension_distance(result.minimal, a) > dimension_distance(result.minimal, b);
       });
-      for (size_t i = 0; i < batch.size(); ++i) {
-        if (!summaries[i]) break;  // not evaluated: the budget ran out before it
-        if (failure_class(summaries[i]->verdict) == target) {
-          current = batch[i];
-          result.minimal = current.value();
-          result.summary = *summaries[i];
-          ++result.accepted;
-          accepted = true;
-          break;
+      while (!order.empty() && !shrinker.exhausted()) {
+        std::vector<SpacePoint> resets;
+        std::vector<size_t> of;
+        for (size_t d : order) {
+          SpacePoint q = result.minimal;
+          std::fill(q.begin() + first_digit[d], q.begin() + first_digit[d] + dims[d].arity(), 0);
+          if (space.valid(q)) resets.push_back(std::move(q)), of.push_back(d);
         }
+        const int taken = shrinker.take_first(resets);
+        if (taken < 0) break;
+        took = true;
+        // Those before it are tried again next round; those after it now, from the new point.
+        order.erase(order.begin(), std::find(order.begin(), order.end(), of[size_t(taken)]) + 1);
+      }
+    }
+    // 2. Each digit still away from 0: binary search for the smallest value
+    //    that still fails (values are ordered by distance from the simplest).
+    //    A digit searched in an earlier pass first tries one step down.
+    for (size_t i = 0; i < result.minimal.size() && !shrinker.exhausted(); ++i) {
+      if (result.minimal[i] == 0) continue;
+      if (!shrinker.is_ordered(i)) {  // a seed, a set, a task order: each simpler value, the simplest first
+        std::vector<SpacePoint> simpler;
+        for (int64_t v = 1; v < result.minimal[i]; ++v) {
+          SpacePoint q = result.minimal;
+          q[i] = v;
+          if (space.valid(q)) simpler.push_back(std::move(q));
+        }
+        shrinker.take_first(simpler);
+        continue;
+      }
+      int64_t lo = 0;  // fails no more (or is the reset, tried above)
+      if (bisected[i]) {
+        SpacePoint q = result.minimal;
+        q[i] -= 1;
+        if (q[i] == 0 || !space.valid(q) || !shrinker.take(q)) continue;  // a step down does not fail: stay
+      }
+      bisected[i] = true;
+      int64_t hi = result.minimal[i];  // fails
+      while (hi - lo > 1 && !shrinker.exhausted()) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        SpacePoint q = result.minimal;
+        q[i] = mid;
+        if (space.valid(q) && shrinker.take(q)) hi = mid;
+        else lo = mid;
       }
     }
     if (progress) progress(result);
-    if (exhausted && !accepted) {
+    if (shrinker.exhausted()) {
       result.budget_exhausted = true;
       break;
     }
-    if (!accepted) break;  // no simpler candidate fails the same way: a local minimum
+    if (result.minimal == pass_start) break;  // a pass took nothing: no reset and no step down fails the same way
   }
   return result;
 }

@@ -1,5 +1,5 @@
-// driver.h — the search driver. RapidCheck decides *what* to try (samples of
-// a space, and each failure's tree of shrinks); this decides *how*: bursts
+// driver.h — the search driver. RapidCheck draws *what* to try (the samples
+// of a space); this decides *how*, and shrinks each failure: bursts
 // run by an Evaluator (child processes in a sweep, a plain function in tests),
 // a memo keyed by config hash so no configuration is trained twice, and
 // budgets. A shrink is accepted only when the candidate fails in the same
@@ -93,15 +93,21 @@ struct ShrinkResult {
   BurstSummary summary;         // of the minimal config
   int64_t evaluations = 0;      // bursts run (memo hits not counted)
   int64_t memo_hits = 0;
+  int64_t implied = 0;          // candidates not run: at or below one seen not to fail this way
   int64_t accepted = 0;         // shrink steps taken
   bool budget_exhausted = false;
 };
 
-// Walks RapidCheck's shrink tree of `start` greedily: from each accepted
-// point, the first candidate (in the tree's order, simplest first) that still
-// fails in the same class is taken; a window of up to parallelism()
-// candidates is evaluated at once, and the earliest failing one in order wins,
-// so the result does not depend on the job count.
+// Shrinks `start` in passes, each candidate strictly simpler and taken only
+// when it fails in the same class: (1) whole dimensions back to their
+// simplest value, the farthest first (a window of up to parallelism() resets
+// at once; the earliest failing one in order is taken, and the rest are tried
+// again from the new point); (2) for each value still away from its simplest,
+// a binary search for the smallest index (values are ordered by distance from
+// the simplest) that still fails — in later passes one step down first.
+// Passes repeat until one takes nothing: then no reset and no single step
+// down fails the same way (a local minimum). The decisions are sequential, so
+// the result does not depend on the job count.
 ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
                     Evaluator& evaluator, EvalCache& cache, const Budget& budget,
                     const std::function<void(const ShrinkResult&)>& progress = {});

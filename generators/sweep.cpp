@@ -529,7 +529,8 @@ int run_shrink(const ShrinkOptions& o, std::ostream& out) {
   const ShrinkResult r = shrink(space, space.point_of(o.config), start, children, cache, budget);
   const TrainingConfig minimal = space.config(r.minimal);
   out << "\nminimal config, as a diff from the original (" << r.accepted << " shrink steps, " << r.evaluations + 1
-      << " bursts with the check of the original, " << r.memo_hits << " memo hits"
+      << " bursts with the check of the original, " << r.memo_hits << " memo hits, " << r.implied
+      << " not run (below a candidate that did not fail this way)"
       << (r.budget_exhausted ? "; budget spent: may not be minimal" : "; a local minimum") << "):\n";
   const std::vector<std::string> diff = config_diff(o.config, minimal);
   if (diff.empty()) out << "  (no change: every simpler candidate stopped failing this way)\n";
