@@ -140,7 +140,7 @@ class Shrinker {
   // were run against the old point: they are in the memo, not taken.
   int take_first(const std::vector<SpacePoint>& candidates) {
     const size_t window = size_t(std::max(evaluator_.parallelism(), 1));
-    for (size_t from = 0; from < candidates.size() && !exhausted_; from += window) {
+    for (size_t from = 0; from < candidates.size() && !done(); from += window) {
       const size_t to = std::min(candidates.size(), from + window);
       std::vector<std::optional<BurstSummary>> summaries(to - from);
       std::vector<TrainingConfig> to_run;
@@ -172,7 +172,9 @@ class Shrinker {
         if (failure_class(summaries[i - from]->verdict) == target_) {
           r_.minimal = candidates[i];
           r_.summary = *summaries[i - from];
+          r_.path.push_back(candidates[i]);
           ++r_.accepted;
+          if (reached_ && reached_(candidates[i])) joined_ = true;
           return int(i);
         }
         // Decided in order (what runs after a taken one in its window is not), so -j changes nothing.
@@ -183,6 +185,10 @@ class Shrinker {
   }
   bool take(const SpacePoint& candidate) { return take_first({candidate}) == 0; }
   bool exhausted() const { return exhausted_; }
+  // Stop: the budget is spent, or the shrink reached a point another one passed through.
+  bool done() const { return exhausted_ || joined_; }
+  bool joined() const { return joined_; }
+  void stop_at(std::function<bool(const SpacePoint&)> reached) { reached_ = std::move(reached); }
 
  private:
   const SearchSpace& space_;
@@ -191,7 +197,8 @@ class Shrinker {
   const Budget& budget_;
   ShrinkResult& r_;
   std::string target_;
-  bool exhausted_ = false;
+  bool exhausted_ = false, joined_ = false;
+  std::function<bool(const SpacePoint&)> reached_;
   std::vector<bool> ordered_;        // per digit
   std::vector<SpacePoint> rejected_; // candidates seen not to fail this way
 };
@@ -200,12 +207,14 @@ class Shrinker {
 
 ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
                     Evaluator& evaluator, EvalCache& cache, const Budget& budget,
-                    const std::function<void(const ShrinkResult&)>& progress) {
+                    const std::function<void(const ShrinkResult&)>& progress,
+                    const std::function<bool(const SpacePoint&)>& reached) {
   ShrinkResult result;
   result.start = result.minimal = start;
   result.summary = start_summary;
   if (failure_class(start_summary.verdict).empty()) return result;  // nothing fails: nothing to shrink
   Shrinker shrinker(space, start_summary, evaluator, cache, budget, &result);
+  shrinker.stop_at(reached);
   const std::vector<Dimension>& dims = space.dimensions();
   std::vector<int64_t> first_digit;  // of each dimension
   for (int64_t i = 0, at = 0; i < int64_t(dims.size()); at += dims[size_t(i)].arity(), ++i) first_digit.push_back(at);
@@ -223,7 +232,7 @@ ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const Bur
     //    until a round takes none: each taken one is a field fewer away from
     //    the simplest config, which minimality counts first, so fields go
     //    before any value moves to the edge of the failure.
-    for (bool took = true; took && !shrinker.exhausted();) {
+    for (bool took = true; took && !shrinker.done();) {
       took = false;
       std::vector<size_t> order;
       for (size_t d = 0; d < dims.size(); ++d) {
@@ -232,7 +241,7 @@ ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const Bur
       std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
         return dimension_distance(result.minimal, a) > dimension_distance(result.minimal, b);
       });
-      while (!order.empty() && !shrinker.exhausted()) {
+      while (!order.empty() && !shrinker.done()) {
         std::vector<SpacePoint> resets;
         std::vector<size_t> of;
         for (size_t d : order) {
@@ -250,7 +259,7 @@ ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const Bur
     // 2. Each digit still away from 0: binary search for the smallest value
     //    that still fails (values are ordered by distance from the simplest).
     //    A digit searched in an earlier pass first tries one step down.
-    for (size_t i = 0; i < result.minimal.size() && !shrinker.exhausted(); ++i) {
+    for (size_t i = 0; i < result.minimal.size() && !shrinker.done(); ++i) {
       if (result.minimal[i] == 0) continue;
       if (!shrinker.is_ordered(i)) {  // a seed, a set, a task order: each simpler value, the simplest first
         std::vector<SpacePoint> simpler;
@@ -270,7 +279,7 @@ ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const Bur
       }
       bisected[i] = true;
       int64_t hi = result.minimal[i];  // fails
-      while (hi - lo > 1 && !shrinker.exhausted()) {
+      while (hi - lo > 1 && !shrinker.done()) {
         const int64_t mid = lo + (hi - lo) / 2;
         SpacePoint q = result.minimal;
         q[i] = mid;
@@ -279,6 +288,10 @@ ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const Bur
       }
     }
     if (progress) progress(result);
+    if (shrinker.joined()) {
+      result.joined = true;
+      break;
+    }
     if (shrinker.exhausted()) {
       result.budget_exhausted = true;
       break;

@@ -96,6 +96,8 @@ struct ShrinkResult {
   int64_t implied = 0;          // candidates not run: at or below one seen not to fail this way
   int64_t accepted = 0;         // shrink steps taken
   bool budget_exhausted = false;
+  std::vector<SpacePoint> path;  // every point taken, in order (the last is `minimal`)
+  bool joined = false;           // stopped at a point `reached` said another shrink passed through
 };
 
 // Shrinks `start` in passes, each candidate strictly simpler and taken only
@@ -107,9 +109,12 @@ struct ShrinkResult {
 // the simplest) that still fails — in later passes one step down first.
 // Passes repeat until one takes nothing: then no reset and no single step
 // down fails the same way (a local minimum). The decisions are sequential, so
-// the result does not depend on the job count.
+// the result does not depend on the job count. `reached` (optional) is asked
+// of every point taken: true (a point another failure's shrink passed
+// through) stops the shrink there, `joined`: from there on it is that one.
 ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
                     Evaluator& evaluator, EvalCache& cache, const Budget& budget,
-                    const std::function<void(const ShrinkResult&)>& progress = {});
+                    const std::function<void(const ShrinkResult&)>& progress = {},
+                    const std::function<bool(const SpacePoint&)>& reached = {});
 
 }  // namespace spikehunt

@@ -430,6 +430,10 @@ ReportFacts write_sweep_report(const std::string& dir, const std::string& out_pa
     if (!repro_path.empty() && !fs::exists(repro_path)) {  // the sweep ran from another directory
       repro_path = (fs::path(dir) / "repros" / fs::path(repro_path).filename()).string();
     }
+    if (f.replay.rfind(one_failure_with(""), 0) == 0) {  // its repro is the other failure's
+      h << "<p><b>" << escape(f.replay) << "</b>.</p></section>\n";
+      continue;
+    }
     if (repro_path.empty() || !fs::exists(repro_path)) {
       h << "<p>No repro: " << escape(f.replay.empty() ? "not recorded" : f.replay) << "</p></section>\n";
       continue;

@@ -260,6 +260,10 @@ std::string record_and_replay(const std::string& binary, const TrainingConfig& c
   return verdict;
 }
 
+std::string one_failure_with(const std::string& signature) {
+  return "one failure with " + signature + (signature.empty() ? "" : ": it shrank to the same minimal config");
+}
+
 std::string environment_note(const BurstSummary& found) {
   if (!found.environment) return "";
   const Environment& there = *found.environment;
@@ -297,6 +301,13 @@ int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& stor
 
   // ---- shrink, repro, replay ----
   int64_t shrink_bursts = 0, shrunk = 0;
+  // Each config a shrink passed through, and the failure whose shrink it was:
+  // a later shrink that reaches one is that failure from there on.
+  std::map<std::string, std::string> passed_by;
+  std::map<std::string, std::string> minimal_of;  // a minimal config's JSON -> the first failure shrunk to it
+  auto pass = [&](const TrainingConfig& c, const std::string& signature) {
+    passed_by.emplace(config_hash(c).hex(), signature);
+  };
   for (const FailureGroup& g : ordered) {
     FailureRow f = store.failure(g.signature).value_or(FailureRow{});
     f.signature = g.signature;
@@ -316,18 +327,34 @@ int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& stor
       }
       const TrainingConfig start_config = config_from_json(json::parse(g.first.config_json), store.path());
       progress.note("shrinking " + g.signature + " ...");
-      const ShrinkResult r = shrink(o.space, o.space.point_of(start_config), g.first.summary, children, cache, budget,
-                                    [&](const ShrinkResult& s) {
-                                      progress.note("shrinking " + g.signature + ": " + std::to_string(s.evaluations) +
-                                                    " bursts, " + std::to_string(s.accepted) + " steps");
-                                    });
+      std::string joined;
+      const ShrinkResult r = shrink(
+          o.space, o.space.point_of(start_config), g.first.summary, children, cache, budget,
+          [&](const ShrinkResult& s) {
+            progress.note("shrinking " + g.signature + ": " + std::to_string(s.evaluations) + " bursts, " +
+                          std::to_string(s.accepted) + " steps");
+          },
+          [&](const SpacePoint& p) {
+            const auto it = passed_by.find(config_hash(o.space.config(p)).hex());
+            if (it != passed_by.end()) joined = it->second;
+            return it != passed_by.end();
+          });
       progress.done();
-      f.minimal_config_json = config_to_json(o.space.config(r.minimal)).dump();
+      for (const SpacePoint& p : r.path) pass(o.space.config(p), g.signature);
+      const std::optional<FailureRow> other = r.joined ? store.failure(joined) : std::nullopt;
+      f.minimal_config_json = other ? other->minimal_config_json : config_to_json(o.space.config(r.minimal)).dump();
       f.shrink_evaluations = r.evaluations;
       f.shrink_steps = r.accepted;
       f.budget_exhausted = r.budget_exhausted;
       shrink_bursts += r.evaluations;
       store.put_failure(f);
+    }
+    pass(config_from_json(json::parse(f.minimal_config_json), store.path()), g.signature);
+    if (const auto [first, fresh] = minimal_of.emplace(f.minimal_config_json, g.signature); !fresh) {
+      f.replay = one_failure_with(first->second);  // its repro is the other's
+      f.repro_path.clear();
+      store.put_failure(f);
+      continue;
     }
     if (f.repro_path.empty() || !fs::exists(f.repro_path)) {
       const std::string path = dir + "/repros/" + file_safe(g.signature) + ".repro.json";
@@ -367,7 +394,11 @@ int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& stor
   }
   const TrainingConfig simplest = o.space.simplest();
   const std::vector<FailureRow> rows = store.failures();
-  out << "\n" << rows.size() << " distinct failure(s) by fault signature\n";
+  int64_t folded = 0;
+  for (const FailureRow& f : rows) folded += f.replay.rfind(one_failure_with(""), 0) == 0;
+  out << "\n" << rows.size() << " distinct failure(s) by fault signature";
+  if (folded > 0) out << ", " << int64_t(rows.size()) - folded << " after shrinking (" << folded << " shrank to another's minimal config)";
+  out << "\n";
   int index = 0;
   for (const FailureGroup& g : ordered) {
     const auto row = std::find_if(rows.begin(), rows.end(), [&](const FailureRow& f) { return f.signature == g.signature; });
@@ -377,6 +408,10 @@ int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& stor
     if (const std::string note = environment_note(g.first.summary); !note.empty()) out << "   " << note << "\n";
     if (row->minimal_config_json.empty()) {
       out << "   not shrunk (--max-shrinks " << o.max_shrinks << " or the time budget)\n";
+      continue;
+    }
+    if (row->replay.rfind(one_failure_with(""), 0) == 0) {
+      out << "   " << row->replay << " (" << row->shrink_evaluations << " shrink bursts)\n";
       continue;
     }
     const TrainingConfig minimal = config_from_json(json::parse(row->minimal_config_json), store.path());

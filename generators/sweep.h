@@ -107,6 +107,11 @@ int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& stor
                  Evaluator& children, EvalCache& cache, const Budget& budget,
                  std::chrono::steady_clock::time_point start, int64_t search_bursts, std::ostream& out);
 
+// What a failure that shrank to an earlier one's minimal config records as
+// its replay ("one failure with SIGNATURE: it shrank to the same minimal
+// config"); with "" the prefix all such records start with.
+std::string one_failure_with(const std::string& signature);
+
 // "" when `found` ran in this process's environment (or recorded none), else
 // the warning that a shrink and replay here are not promised to be bit-exact.
 std::string environment_note(const BurstSummary& found);

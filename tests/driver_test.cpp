@@ -1,11 +1,15 @@
 // Tests generators/driver.h on planted properties: pure functions of the
 // config, no training, so the minimal failing boundary is known exactly.
+#include <set>
+#include <sstream>
+
 #include <gtest/gtest.h>
 
 #include "generators/driver.h"
 #include "generators/gen.h"
 #include "generators/sweep.h"
 #include "harness/results.h"
+#include "test_util.h"
 
 namespace spikehunt {
 namespace {
@@ -100,6 +104,67 @@ TEST(Driver, SeedsAndSetsAreScannedNotBisected) {
   EXPECT_EQ(s.fields_differing(r.minimal), 2);
   EXPECT_FALSE(r.budget_exhausted);
   EXPECT_GT(r.implied, 0) << "lower learning rates than a healthy one are not run";
+}
+
+TEST(Driver, AShrinkThatReachesAnothersPathStopsThere) {
+  const SearchSpace s = planted_space();
+  const SpacePoint a = non_finite_start(s);
+  FunctionEvaluator evaluator(planted);
+  EvalCache cache;
+  Budget budget;
+  const ShrinkResult first = shrink(s, a, planted(s.config(a)), evaluator, cache, budget);
+  ASSERT_FALSE(first.path.empty());
+  EXPECT_EQ(first.path.back(), first.minimal);
+  std::set<SpacePoint> passed(first.path.begin(), first.path.end());
+  const SpacePoint b = far_point(s, [&](const TrainingConfig& c) {
+    return planted(c).verdict.outcome == Outcome::kNonFinite && s.config(a).seed != c.seed;
+  });
+  EvalCache fresh;  // a memo of its own, so the bursts it saves are the stop's
+  FunctionEvaluator alone_evaluator(planted);
+  const ShrinkResult alone = shrink(s, b, planted(s.config(b)), alone_evaluator, fresh, budget);
+  EXPECT_FALSE(alone.joined);
+  EvalCache fresh2;
+  const ShrinkResult joined = shrink(s, b, planted(s.config(b)), alone_evaluator, fresh2, budget, {},
+                                     [&](const SpacePoint& p) { return passed.count(p) > 0; });
+  EXPECT_TRUE(joined.joined);
+  EXPECT_TRUE(passed.count(joined.minimal)) << "it stopped on the other's path";
+  EXPECT_LT(joined.evaluations, alone.evaluations);
+  EXPECT_EQ(alone.minimal, first.minimal) << "alone it ends where the other did";
+}
+
+TEST(SweepFinish, FailuresThatShrinkToOneConfigAreOneFailure) {
+  // Two search runs, non-finite at fc1_act and at fc2_logits: the planted
+  // property shrinks both to lr 0.3, momentum 0.5.
+  testing::TempDir dir;
+  const SearchSpace s = planted_space();
+  SweepStore store(dir.file("sweep.db"), s.to_json().dump(), 0);
+  EvalCache cache(&store);
+  const SpacePoint a = non_finite_start(s);
+  const SpacePoint b = far_point(s, [&](const TrainingConfig& c) {
+    return planted(c).verdict.outcome == Outcome::kNonFinite && s.config(a).seed != c.seed;
+  });
+  cache.add("search", 0, s.config(a), verdict_of(Outcome::kNonFinite, Stage::kForward, "fc1_act"));
+  cache.add("search", 1, s.config(b), verdict_of(Outcome::kNonFinite, Stage::kForward, "fc2_logits"));
+  SweepOptions o;
+  o.space = s;
+  o.runs = 2;
+  o.binary = SPIKEHUNT_BINARY;
+  o.timeout_seconds = 120;
+  o.progress = false;
+  FunctionEvaluator evaluator(planted);
+  Budget budget;
+  std::ostringstream out;
+  finish_sweep(o, dir.path(), store, o.binary, evaluator, cache, budget, std::chrono::steady_clock::now(), 0, out);
+  const std::string text = out.str();
+  EXPECT_TRUE(testing::has(text, "2 distinct failure(s) by fault signature, 1 after shrinking (1 shrank to another's "
+                                 "minimal config)"))
+      << text;
+  const auto one = text.find("one failure with non_finite:forward:");
+  ASSERT_NE(one, std::string::npos) << text;
+  const std::vector<FailureRow> rows = store.failures();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].minimal_config_json, rows[1].minimal_config_json);
+  EXPECT_EQ(int(!rows[0].repro_path.empty()) + int(!rows[1].repro_path.empty()), 1) << "one repro for the one failure";
 }
 
 TEST(Driver, AcceptsOnlyTheSameFailureClass) {
