@@ -58,6 +58,13 @@ SpacePoint far_point(const SearchSpace& s, const std::function<bool(const Traini
   }
 }
 
+// Another far non-finite start, with another seed than `a`.
+SpacePoint other_non_finite_start(const SearchSpace& s, const SpacePoint& a) {
+  return far_point(s, [&](const TrainingConfig& c) {
+    return planted(c).verdict.outcome == Outcome::kNonFinite && s.config(a).seed != c.seed;
+  });
+}
+
 TEST(Driver, ShrinksAPlantedPropertyToItsKnownBoundary) {
   const SearchSpace s = planted_space();
   const SpacePoint start = non_finite_start(s);
@@ -116,9 +123,7 @@ TEST(Driver, AShrinkThatReachesAnothersPathStopsThere) {
   ASSERT_FALSE(first.path.empty());
   EXPECT_EQ(first.path.back(), first.minimal);
   std::set<SpacePoint> passed(first.path.begin(), first.path.end());
-  const SpacePoint b = far_point(s, [&](const TrainingConfig& c) {
-    return planted(c).verdict.outcome == Outcome::kNonFinite && s.config(a).seed != c.seed;
-  });
+  const SpacePoint b = other_non_finite_start(s, a);
   EvalCache fresh;  // a memo of its own, so the bursts it saves are the stop's
   FunctionEvaluator alone_evaluator(planted);
   const ShrinkResult alone = shrink(s, b, planted(s.config(b)), alone_evaluator, fresh, budget);
@@ -140,9 +145,7 @@ TEST(SweepFinish, FailuresThatShrinkToOneConfigAreOneFailure) {
   SweepStore store(dir.file("sweep.db"), s.to_json().dump(), 0);
   EvalCache cache(&store);
   const SpacePoint a = non_finite_start(s);
-  const SpacePoint b = far_point(s, [&](const TrainingConfig& c) {
-    return planted(c).verdict.outcome == Outcome::kNonFinite && s.config(a).seed != c.seed;
-  });
+  const SpacePoint b = other_non_finite_start(s, a);
   cache.add("search", 0, s.config(a), verdict_of(Outcome::kNonFinite, Stage::kForward, "fc1_act"));
   cache.add("search", 1, s.config(b), verdict_of(Outcome::kNonFinite, Stage::kForward, "fc2_logits"));
   SweepOptions o;
