@@ -183,8 +183,9 @@ int run_merge(const MergeOptions& m, std::ostream& out) {
   store.set_meta("build", build);
   store.set_meta("runs", std::to_string(runs));
   store.set_meta("merged", std::to_string(shards.size()) + " of " + std::to_string(count) + " shards");
-  std::map<int64_t, std::string> merged;  // sample -> config hash, of OUT's search runs
-  for (const RunRow& r : store.runs("search")) merged[r.sample] = r.config_hash;
+  std::vector<RunRow> all = store.runs("search");  // merged before, then those joined now
+  std::map<int64_t, std::string> merged;           // sample -> config hash, of OUT's search runs
+  for (const RunRow& r : all) merged[r.sample] = r.config_hash;
   std::vector<RunRow> fresh;
   for (const Shard& s : shards) {
     for (const RunRow& r : s.runs) {
@@ -202,6 +203,7 @@ int run_merge(const MergeOptions& m, std::ostream& out) {
   }
   std::sort(fresh.begin(), fresh.end(), [](const RunRow& a, const RunRow& b) { return a.sample < b.sample; });
   const size_t imported = fresh.size();
+  all.insert(all.end(), fresh.begin(), fresh.end());
   store.add_runs(std::move(fresh));
 
   out << "merge: " << shards.size() << " of " << count << " shard(s) of seed " << o.seed << ", " << runs << " runs over "
@@ -213,7 +215,7 @@ int run_merge(const MergeOptions& m, std::ostream& out) {
   }
   out << "\n";
   std::map<std::string, std::pair<int64_t, std::set<std::string>>> environments;
-  for (const RunRow& r : store.runs("search")) {
+  for (const RunRow& r : all) {
     if (r.sample >= runs) continue;
     const std::string key = r.summary.environment ? environment_key(*r.summary.environment) : "(not recorded)";
     auto& [n, nodes] = environments[key];
