@@ -49,9 +49,37 @@ double parse_duration(const std::string& text, const std::string& verb, const st
 
 namespace {
 
+// How bursts run (child.h's pool), for every verb that runs them.
+struct WorkerArgs {
+  bool process_per_burst = false;
+  int64_t worker_bursts = PoolOptions{}.jobs_per_worker;
+  int64_t worker_rss_mb = PoolOptions{}.rss_limit_mb;
+};
+
+void add_worker_flags(CLI::App* verb, WorkerArgs& a) {
+  verb->add_flag("--process-per-burst", a.process_per_burst,
+                 "Start a process for every burst instead of keeping one worker a job (the path before workers)");
+  verb->add_option("--worker-bursts", a.worker_bursts, "Bursts a worker runs before a fresh one takes its place")
+      ->capture_default_str();
+  verb->add_option("--worker-rss-mb", a.worker_rss_mb, "A worker past this resident memory after a burst is replaced")
+      ->capture_default_str();
+}
+
+void check_positive(const char* verb, const char* flag, int64_t v);
+
+PoolOptions pool_options(const char* verb, const WorkerArgs& a) {
+  check_positive(verb, "--worker-bursts", a.worker_bursts);
+  check_positive(verb, "--worker-rss-mb", a.worker_rss_mb);
+  PoolOptions p;
+  p.persistent = !a.process_per_burst;
+  p.jobs_per_worker = a.worker_bursts;
+  p.rss_limit_mb = a.worker_rss_mb;
+  return p;
+}
+
 // The flags of what a sweep does besides its search (its bursts, shrinks,
 // budget), shared by `sweep` and `merge`.
-struct FinishArgs {
+struct FinishArgs : WorkerArgs {
   std::string budget, timeout = "5m";
   int64_t shrink_bursts = 60, max_shrinks = 3;
   int jobs = 2;
@@ -65,7 +93,7 @@ struct SweepArgs : FinishArgs {
   bool shrink_in_shard = false;
 };
 
-struct ShrinkArgs {
+struct ShrinkArgs : WorkerArgs {
   std::string config, run, space, timeout = "5m", out;
   int64_t bursts = 100;
   int jobs = 2;
@@ -84,16 +112,18 @@ void apply_finish_args(const char* verb, const FinishArgs& a, SweepOptions* o) {
   o->shrink_evaluations = a.shrink_bursts;
   o->max_shrinks = a.max_shrinks;
   o->progress = !a.no_progress;
+  o->pool = pool_options(verb, a);
 }
 
 void add_finish_flags(CLI::App* verb, FinishArgs& a, const char* budget_help, const char* shrink_bursts_names,
                       const char* shrink_bursts_help) {
-  verb->add_option("-j,--jobs", a.jobs, "Bursts at once, each in its own process")->capture_default_str();
+  verb->add_option("-j,--jobs", a.jobs, "Bursts at once (persistent workers, one a job)")->capture_default_str();
   verb->add_option("--budget", a.budget, budget_help);
   verb->add_option("--timeout", a.timeout, "Per-burst timeout: a burst past it is a timeout verdict")->capture_default_str();
   verb->add_option(shrink_bursts_names, a.shrink_bursts, shrink_bursts_help)->capture_default_str();
   verb->add_option("--max-shrinks", a.max_shrinks, "Distinct failures to shrink, most frequent first")->capture_default_str();
   verb->add_flag("--no-progress", a.no_progress, "No progress bar");
+  add_worker_flags(verb, a);
 }
 
 bool whole_number(const std::string& text, int64_t* v) {
@@ -244,6 +274,7 @@ void add_generator_verbs(Cli& cli) {
     o.timeout_seconds = parse_duration(k->timeout, "shrink", "--timeout");
     o.evaluations = k->bursts;
     o.out_dir = k->out;
+    o.pool = pool_options("shrink", *k);
     return run_shrink(o, std::cout);
   });
   shrink_cmd->add_option("--config", k->config, "The failing config JSON");
@@ -254,9 +285,10 @@ void add_generator_verbs(Cli& cli) {
       ->capture_default_str();
   shrink_cmd->add_option("--timeout", k->timeout, "Per-burst timeout")->capture_default_str();
   shrink_cmd->add_option("--out", k->out, "Folder for the minimal config and repro (default: results/shrink-<hash>)");
+  add_worker_flags(shrink_cmd, *k);
 
 
-  struct LrArgs {
+  struct LrArgs : WorkerArgs {
     std::string config, lrs, timeout = "10m", out = "results/lr-sensitivity";
     std::vector<std::string> sets, vary;
     int64_t heldout = 256;
@@ -277,6 +309,7 @@ void add_generator_verbs(Cli& cli) {
         o.jobs = l->jobs;
         o.timeout_seconds = parse_duration(l->timeout, "lr-sensitivity", "--timeout");
         o.out_dir = l->out;
+        o.pool = pool_options("lr-sensitivity", *l);
         return run_lr_sensitivity(o, std::cout);
       });
   lr->add_option("--config", l->config, "The config JSON to train at every point (e.g. configs/gpt.json)")->required();
@@ -286,9 +319,10 @@ void add_generator_verbs(Cli& cli) {
   lr->add_option("--lrs", l->lrs, "Peak learning rates, comma-separated (default: Wortsman et al.'s 3e-4,1e-3,...,3e-1)");
   lr->add_option("--heldout", l->heldout, "Held-out samples (sequences) for the losses at init and at the end")
       ->capture_default_str();
-  lr->add_option("-j,--jobs", l->jobs, "Bursts at once, each in its own process")->capture_default_str();
+  lr->add_option("-j,--jobs", l->jobs, "Bursts at once (persistent workers, one a job)")->capture_default_str();
   lr->add_option("--timeout", l->timeout, "Per-burst timeout: a burst past it is a timeout verdict")->capture_default_str();
   lr->add_option("--out", l->out, "Folder for sweep.db and lr_sensitivity.json")->capture_default_str();
+  add_worker_flags(lr, *l);
 
   auto report_dir = std::make_shared<std::string>("results/sweep");
   auto report_out = std::make_shared<std::string>();

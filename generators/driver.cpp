@@ -18,8 +18,10 @@ namespace fs = std::filesystem;
 
 // ---- evaluators ----
 
-ChildEvaluator::ChildEvaluator(std::string binary, int jobs, double timeout_seconds, std::string work_dir)
-    : binary_(std::move(binary)), work_dir_(std::move(work_dir)), jobs_(std::max(jobs, 1)), timeout_(timeout_seconds) {
+ChildEvaluator::ChildEvaluator(std::string binary, int jobs, double timeout_seconds, std::string work_dir,
+                               PoolOptions pool)
+    : binary_(std::move(binary)), work_dir_(std::move(work_dir)), jobs_(std::max(jobs, 1)), timeout_(timeout_seconds),
+      pool_(pool) {
   fs::create_directories(work_dir_);
 }
 
@@ -36,7 +38,7 @@ void ChildEvaluator::evaluate(const std::vector<TrainingConfig>& configs,
     specs.push_back({std::move(argv), timeout_, stem + ".log"});
     stems.push_back(stem);
   }
-  run_children(specs, jobs_, [&](size_t i, const ChildExit& e) {
+  pool_.run(specs, jobs_, [&](size_t i, const ChildExit& e) {
     const std::string& stem = stems[i];
     BurstSummary s;
     bool read = false;
@@ -47,13 +49,7 @@ void ChildEvaluator::evaluate(const std::vector<TrainingConfig>& configs,
       } catch (const std::exception&) {
       }
     }
-    if (!read) {
-      s.verdict.outcome = e.timed_out ? Outcome::kTimeout : Outcome::kCrashed;
-      std::string log = tail_of(stem + ".log", 600);
-      while (!log.empty() && (log.back() == '\n' || log.back() == ' ')) log.pop_back();
-      s.verdict.message = e.describe() + (log.empty() ? "" : ": " + log);
-      s.verdict.wall_seconds = e.wall_seconds;
-    }
+    if (!read) s.verdict = lost_child_verdict(e, stem + ".log");
     for (const char* ext : {".config.json", ".result.json", ".log"}) {
       std::error_code ec;
       fs::remove(stem + ext, ec);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "generators/space.h"
+#include "harness/child.h"
 #include "harness/record.h"
 #include "harness/store.h"
 
@@ -34,17 +35,20 @@ class Evaluator {
                         const std::function<bool()>& stop = {}) = 0;
 };
 
-// Each burst is `spikehunt burst` in a child process; a child that dies on a
-// signal is a crashed verdict, one that overstays `timeout_seconds` a timeout.
+// Each burst is `spikehunt burst` run by a persistent worker of the pool (or,
+// with pool.persistent false, in a process of its own); a burst that kills its
+// worker (a signal, an abort) is a crashed verdict, one that overstays
+// `timeout_seconds` a timeout, and a fresh worker runs the next.
 class ChildEvaluator : public Evaluator {
  public:
-  ChildEvaluator(std::string binary, int jobs, double timeout_seconds, std::string work_dir);
+  ChildEvaluator(std::string binary, int jobs, double timeout_seconds, std::string work_dir, PoolOptions pool = {});
   int parallelism() const override { return jobs_; }
   void evaluate(const std::vector<TrainingConfig>& configs,
                 const std::function<void(size_t, const BurstSummary&)>& on_result,
                 const std::function<bool()>& stop = {}) override;
   // More arguments for every child's `burst` command (e.g. {"--heldout", "256"}).
   void set_extra_args(std::vector<std::string> args) { extra_args_ = std::move(args); }
+  const PoolStats& pool_stats() const { return pool_.stats(); }
 
  private:
   std::string binary_, work_dir_;
@@ -52,6 +56,7 @@ class ChildEvaluator : public Evaluator {
   int jobs_;
   double timeout_;
   int64_t counter_ = 0;
+  ChildPool pool_;
 };
 
 // Calls a function in this process, one config at a time.

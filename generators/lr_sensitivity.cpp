@@ -214,7 +214,7 @@ int run_lr_sensitivity(const LrSensitivityOptions& o, std::ostream& out) {
   const json spec = lr_spec_json(o);
   SweepStore store(o.out_dir + "/sweep.db", spec.dump(), 0);
   const std::string binary = o.binary.empty() ? self_executable() : o.binary;
-  ChildEvaluator children(binary, o.jobs, o.timeout_seconds, o.out_dir + "/work");
+  ChildEvaluator children(binary, o.jobs, o.timeout_seconds, o.out_dir + "/work", o.pool);
   children.set_extra_args({"--heldout", std::to_string(o.heldout)});
   EvalCache cache(&store);
   out << "lr-sensitivity: " << o.source << " over " << o.lrs.size() << " peak learning rates x " << variants.size()

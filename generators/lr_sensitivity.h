@@ -55,6 +55,7 @@ struct LrSensitivityOptions {
   std::vector<LrVary> vary;
   int64_t heldout = 256;          // held-out samples for the init and final losses
   int jobs = 2;
+  PoolOptions pool;               // how bursts run (child.h)
   double timeout_seconds = 600;   // per burst
   std::string out_dir = "results/lr-sensitivity";
   std::string binary;             // "": this executable

@@ -233,7 +233,7 @@ int run_merge(const MergeOptions& m, std::ostream& out) {
            "replayed here, and says so where this is another)\n";
   }
 
-  ChildEvaluator children(binary, o.jobs, o.timeout_seconds, m.out_dir + "/work");
+  ChildEvaluator children(binary, o.jobs, o.timeout_seconds, m.out_dir + "/work", o.pool);
   EvalCache cache(&store);
   Budget budget;
   budget.evaluations = o.shrink_evaluations;

@@ -476,7 +476,7 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
   }
   if (!store.meta("build")) store.set_meta("build", build);
   store.set_meta("runs", std::to_string(o.runs));
-  ChildEvaluator children(binary, o.jobs, o.timeout_seconds, dir + "/work");
+  ChildEvaluator children(binary, o.jobs, o.timeout_seconds, dir + "/work", o.pool);
   EvalCache cache(&store);
   int64_t mine = 0;  // the samples this process searches
   for (int64_t i = 0; i < o.runs; ++i) mine += i % o.shard_count == o.shard_index;
@@ -546,7 +546,7 @@ int run_shrink(const ShrinkOptions& o, std::ostream& out) {
   const std::string out_dir = o.out_dir.empty() ? "results/shrink-" + hash.substr(0, 8) : o.out_dir;
   fs::create_directories(out_dir);
   const SearchSpace space = o.space.around(o.config);
-  ChildEvaluator children(binary, o.jobs, o.timeout_seconds, out_dir + "/work");
+  ChildEvaluator children(binary, o.jobs, o.timeout_seconds, out_dir + "/work", o.pool);
   EvalCache cache;
   out << "shrinking " << o.source << " (config hash " << hash.substr(0, 16) << ") over " << space.dimensions().size()
       << " dimensions, " << o.jobs << " bursts at a time, at most " << o.evaluations << " bursts\n";

@@ -40,6 +40,7 @@ struct SweepOptions {
   std::string out_dir = "results/sweep";
   std::string binary;               // the spikehunt executable ("": this one)
   bool progress = true;             // a progress bar on a terminal
+  PoolOptions pool;                 // how bursts run (child.h): persistent workers by default
   // Sharding (`sweep --shard I/N`): this process searches the samples i with
   // i mod shard_count = shard_index, into OUT/shard-I-of-N/sweep.db; the same
   // seed and space give the same configs whatever N is. `spikehunt merge`
@@ -125,6 +126,7 @@ struct ShrinkOptions {
   int64_t evaluations = 100;        // bursts the shrink may run
   std::string out_dir;              // "": results/shrink-<config hash>
   std::string binary;               // "": this executable
+  PoolOptions pool;
 };
 
 // Shrinks one failing config: prints the minimal config as a diff from the

@@ -254,7 +254,7 @@ int pair_verb(const std::string& a_path, const std::string& b_path) {
 // ---- burst (hidden: what a sweep's children run) ----
 
 struct BurstArgs {
-  std::string config, result, repro;
+  std::string config, result, repro, guard;
   bool hashes = false;
   int64_t heldout = 0;
 };
@@ -262,6 +262,10 @@ struct BurstArgs {
 int burst_verb(const BurstArgs& a) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // die with the sweep that spawned us
   const TrainingConfig config = load_config(a.config);
+  if (!a.guard.empty()) {  // a guard case: the whole GuardRun (every loss too)
+    write_file_atomic(a.result, guard_run_to_json(guard_run({a.guard, config})).dump() + "\n");
+    return kExitOk;
+  }
   BurstSummary summary;
   if (!a.repro.empty()) {
     Repro repro = record_repro(config, a.repro);
@@ -278,6 +282,23 @@ int burst_verb(const BurstArgs& a) {
   j["config_hash"] = config_hash(config).hex();
   write_file_atomic(a.result, j.dump() + "\n");
   return kExitOk;
+}
+
+// ---- worker (hidden: a pool's persistent worker, child.h) ----
+
+int worker_verb() {
+  return serve_worker([](const std::vector<std::string>& args) {
+    // What a fresh process starts with: the default generators' seed (a
+    // scenario that never seeds draws what it would in a process of its own).
+    torch::manual_seed(c10::default_rng_seed_val);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    // A fresh command line a job: nothing parsed by one job is left for the next.
+    Cli cli;
+    add_harness_verbs(cli);
+    return cli.main(int(args.size()), argv.data());
+  });
 }
 
 // ---- replay ----
@@ -636,6 +657,7 @@ void add_harness_verbs(Cli& cli) {
   struct GuardArgs {
     std::string action, suite, out, baseline;
     std::vector<std::string> sets;
+    GuardOptions options;
   };
   auto guard_args = std::make_shared<GuardArgs>();
   CLI::App* guard = cli.verb(
@@ -646,7 +668,7 @@ void add_harness_verbs(Cli& cli) {
         if (g.action == "record") {
           if (g.out.empty()) throw flag_error(verb, "--out", "", "is required", "where to write the baseline JSON");
           if (!g.baseline.empty()) throw flag_error(verb, "--baseline", g.baseline, "applies to guard check", "record writes --out");
-          return guard_record(g.suite, g.out, g.sets, std::cout);
+          return guard_record(g.suite, g.out, g.sets, std::cout, g.options);
         }
         if (g.baseline.empty()) {
           throw flag_error(verb, "--baseline", "", "is required", "the file guard record --out wrote");
@@ -654,8 +676,13 @@ void add_harness_verbs(Cli& cli) {
         if (!g.out.empty()) {
           throw flag_error(verb, "--out", g.out, "applies to guard record", "check writes nothing: it reads --baseline");
         }
-        return guard_check(g.suite, g.baseline, g.sets, std::cout);
+        return guard_check(g.suite, g.baseline, g.sets, std::cout, g.options);
       });
+  guard->add_option("-j,--jobs", guard_args->options.jobs, "Configs at once, each in its own worker process")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  guard->add_option("--timeout", guard_args->options.timeout_seconds,
+                    "Seconds a config may train; past it, a timeout (a regression). 0: none")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   guard->add_option("action", guard_args->action, "record | check")->required()->check(CLI::IsMember({"record", "check"}));
   guard->add_option("--suite", guard_args->suite, "Suite JSON: the pinned configs and the tolerances");
   guard->add_option("--out", guard_args->out, "record: the baseline JSON to write");
@@ -698,6 +725,9 @@ void add_harness_verbs(Cli& cli) {
   burst->add_flag("--hashes", burst_args->hashes, "Put every step's hashes in the summary");
   burst->add_option("--heldout", burst_args->heldout,
                     "Also measure the held-out loss before and after on this many samples, and the largest logits");
+  burst->add_option("--guard", burst_args->guard, "Run it as the guard case of this name: write its GuardRun (every loss)");
+  cli.verb("worker", "Run bursts sent on fd 3 until it closes (a sweep's persistent worker)", [] { return worker_verb(); },
+           /*hidden=*/true);
 }
 
 }  // namespace spikehunt

@@ -7,9 +7,12 @@
 #include <filesystem>
 #include <set>
 
+#include <stdlib.h>
+
 #include <nlohmann/json.hpp>
 
 #include "harness/burst.h"
+#include "harness/child.h"
 #include "scenarios/catalog.h"
 #include "scenarios/error.h"
 #include "scenarios/files.h"
@@ -155,14 +158,44 @@ GuardRun guard_run(const GuardCase& c) {
   return run;
 }
 
+json guard_run_to_json(const GuardRun& r) {
+  json losses = json::array();
+  for (double l : r.losses) losses.push_back(number(l));
+  return {{"name", r.name}, {"config", config_to_json(r.config)}, {"summary", to_json(r.summary)}, {"losses", losses}};
+}
+
+GuardRun guard_run_from_json(const json& e, const std::string& path, const std::string& field) {
+  if (!e.is_object() || !e.contains("name") || !e["name"].is_string()) {
+    throw InputError(path, field + ".name", e.is_object() ? e.value("name", json()).dump() : e.dump(), "is missing");
+  }
+  GuardRun r;
+  r.name = e["name"].get<std::string>();
+  json config = e.value("config", json::object());
+  // A baseline recorded before the growth and chance rules existed was
+  // judged without them: read it with them off, so a check says the rules
+  // differ instead of calling their earlier warning a regression.
+  if (config.is_object() && config.contains("health") && config["health"].is_object()) {
+    json& h = config["health"];
+    if (!h.contains("growth_ratio")) h["growth_ratio"] = 0.0;
+    if (!h.contains("chance_loss_factor")) h["chance_loss_factor"] = 0.0;
+  }
+  r.config = parse_config(config, path + ": " + field + ".config");
+  r.summary = summary_from_json(e.value("summary", json()), path + ": " + field);
+  const json losses = e.value("losses", json());
+  if (!losses.is_array()) throw InputError(path, field + ".losses", losses.dump(), "is not a list");
+  for (size_t k = 0; k < losses.size(); ++k) {
+    try {
+      r.losses.push_back(number_from(losses[k]));
+    } catch (const json::exception&) {
+      throw InputError(path, field + ".losses[" + std::to_string(k) + "]", losses[k].dump(), "is not a number");
+    }
+  }
+  return r;
+}
+
 void write_guard_baseline(const std::string& path, const std::vector<GuardRun>& runs) {
   json configs = json::array();
-  for (const GuardRun& r : runs) {
-    json losses = json::array();
-    for (double l : r.losses) losses.push_back(number(l));
-    configs.push_back({{"name", r.name}, {"config", config_to_json(r.config)}, {"summary", to_json(r.summary)},
-                       {"losses", losses}});
-  }
+  for (const GuardRun& r : runs) configs.push_back(guard_run_to_json(r));
   char when[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
@@ -191,36 +224,46 @@ GuardBaseline read_guard_baseline(const std::string& path) {
   const json configs = j.value("configs", json());
   if (!configs.is_array()) throw InputError(path, "configs", configs.dump(), "is not a list");
   for (size_t i = 0; i < configs.size(); ++i) {
-    const std::string field = "configs[" + std::to_string(i) + "]";
-    const json& e = configs[i];
-    if (!e.is_object() || !e.contains("name") || !e["name"].is_string()) {
-      throw InputError(path, field + ".name", e.is_object() ? e.value("name", json()).dump() : e.dump(), "is missing");
-    }
-    GuardRun r;
-    r.name = e["name"].get<std::string>();
-    json config = e.value("config", json::object());
-    // A baseline recorded before the growth and chance rules existed was
-    // judged without them: read it with them off, so a check says the rules
-    // differ instead of calling their earlier warning a regression.
-    if (config.is_object() && config.contains("health") && config["health"].is_object()) {
-      json& h = config["health"];
-      if (!h.contains("growth_ratio")) h["growth_ratio"] = 0.0;
-      if (!h.contains("chance_loss_factor")) h["chance_loss_factor"] = 0.0;
-    }
-    r.config = parse_config(config, path + ": " + field + ".config");
-    r.summary = summary_from_json(e.value("summary", json()), path + ": " + field);
-    const json losses = e.value("losses", json());
-    if (!losses.is_array()) throw InputError(path, field + ".losses", losses.dump(), "is not a list");
-    for (size_t k = 0; k < losses.size(); ++k) {
-      try {
-        r.losses.push_back(number_from(losses[k]));
-      } catch (const json::exception&) {
-        throw InputError(path, field + ".losses[" + std::to_string(k) + "]", losses[k].dump(), "is not a number");
-      }
-    }
-    b.runs.push_back(std::move(r));
+    b.runs.push_back(guard_run_from_json(configs[i], path, "configs[" + std::to_string(i) + "]"));
   }
   return b;
+}
+
+std::vector<GuardRun> guard_runs(const GuardSuite& suite, const GuardOptions& options) {
+  const std::string binary = options.binary.empty() ? self_executable() : options.binary;
+  std::string pattern = (fs::temp_directory_path() / "spikehunt-guard-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot make a folder under " + fs::temp_directory_path().string());
+  const std::string work = pattern;
+  struct Remove {
+    std::string dir;
+    ~Remove() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove{work};
+  std::vector<ChildSpec> specs;
+  for (size_t i = 0; i < suite.cases.size(); ++i) {
+    const std::string stem = work + "/case-" + std::to_string(i);
+    save_config(suite.cases[i].config, stem + ".config.json");
+    specs.push_back({{binary, "burst", "--config", stem + ".config.json", "--result", stem + ".result.json", "--guard",
+                      suite.cases[i].name},
+                     options.timeout_seconds,
+                     stem + ".log"});
+  }
+  std::vector<GuardRun> runs(suite.cases.size());
+  ChildPool pool(options.pool);
+  pool.run(specs, std::max(options.jobs, 1), [&](size_t i, const ChildExit& e) {
+    const std::string stem = work + "/case-" + std::to_string(i);
+    GuardRun& r = runs[i];
+    r.name = suite.cases[i].name;
+    r.config = suite.cases[i].config;
+    if (e.exit_code == 0 && e.signal == 0 && fs::exists(stem + ".result.json")) {
+      r = guard_run_from_json(json::parse(read_file(stem + ".result.json")), stem + ".result.json", "result");
+    } else {
+      r.summary.verdict = lost_child_verdict(e, stem + ".log");
+    }
+  });
+  return runs;
 }
 
 std::vector<GuardFinding> guard_compare(const GuardRun& base, const GuardRun& now, const GuardTolerances& t) {
@@ -333,14 +376,13 @@ std::string loss_agreement(const GuardRun& base, const GuardRun& now) {
 }  // namespace
 
 int guard_record(const std::string& suite_path, const std::string& out, const std::vector<std::string>& overrides,
-                 std::ostream& log) {
+                 std::ostream& log, const GuardOptions& options) {
   const GuardSuite suite = load_guard_suite(suite_path, overrides);
   log << "guard record: " << suite.cases.size() << " config(s) from " << suite_path << "\n";
-  std::vector<GuardRun> runs;
-  for (const GuardCase& c : suite.cases) {
-    runs.push_back(guard_run(c));
-    log << "  " << c.name << ": " << describe(runs.back()) << "; hash chain "
-        << runs.back().summary.verdict.hash_chain.hex().substr(0, 16) << "…\n";
+  const std::vector<GuardRun> runs = guard_runs(suite, options);
+  for (const GuardRun& r : runs) {
+    log << "  " << r.name << ": " << describe(r) << "; hash chain " << r.summary.verdict.hash_chain.hex().substr(0, 16)
+        << "…\n";
   }
   write_guard_baseline(out, runs);
   log << "wrote " << out << " (commit it; check with: spikehunt guard check --suite " << suite_path << " --baseline "
@@ -349,7 +391,7 @@ int guard_record(const std::string& suite_path, const std::string& out, const st
 }
 
 int guard_check(const std::string& suite_path, const std::string& baseline_path,
-                const std::vector<std::string>& overrides, std::ostream& log) {
+                const std::vector<std::string>& overrides, std::ostream& log, const GuardOptions& options) {
   const GuardSuite suite = load_guard_suite(suite_path, overrides);
   const GuardBaseline baseline = read_guard_baseline(baseline_path);
   std::vector<const GuardRun*> bases;  // each case's baseline, found before anything trains
@@ -369,10 +411,11 @@ int guard_check(const std::string& suite_path, const std::string& baseline_path,
       << number_text(suite.tolerances.loss_relative) << " × |loss|), onset " << suite.tolerances.onset_steps
       << " step(s) earlier\n";
   int64_t regressed = 0;
+  const std::vector<GuardRun> runs = guard_runs(suite, options);
   for (size_t i = 0; i < suite.cases.size(); ++i) {
     const GuardCase& c = suite.cases[i];
     const GuardRun& base = *bases[i];
-    const GuardRun now = guard_run(c);
+    const GuardRun& now = runs[i];
     const std::vector<GuardFinding> findings = guard_compare(base, now, suite.tolerances);
     const bool bad = std::any_of(findings.begin(), findings.end(), [](const GuardFinding& f) { return f.regression; });
     regressed += bad;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/child.h"
 #include "harness/env.h"
 #include "harness/record.h"
 #include "scenarios/config.h"
@@ -49,7 +50,22 @@ struct GuardRun {
   BurstSummary summary;       // verdict (with the hash chain) and every step's hashes
   std::vector<double> losses; // every step's loss
 };
-GuardRun guard_run(const GuardCase& c);
+GuardRun guard_run(const GuardCase& c);  // in this process
+nlohmann::json guard_run_to_json(const GuardRun& r);
+// An InputError naming `path` and `field` (e.g. "configs[1]") when it is not one.
+GuardRun guard_run_from_json(const nlohmann::json& j, const std::string& path, const std::string& field);
+
+// How record and check run the suite: every case is `PROGRAM burst --guard`
+// in a persistent worker (child.h), so training code that segfaults, aborts
+// or hangs past the timeout is a crashed or timeout run with a diff like any
+// other regression instead of the end of the check.
+struct GuardOptions {
+  std::string binary;          // "": this executable (spikehunt, or the user's program calling cli_main)
+  int jobs = 1;                // cases at once
+  double timeout_seconds = 0;  // per case; 0: none
+  PoolOptions pool;
+};
+std::vector<GuardRun> guard_runs(const GuardSuite& suite, const GuardOptions& options);
 
 struct GuardBaseline {
   Environment environment;
@@ -69,8 +85,8 @@ std::vector<GuardFinding> guard_compare(const GuardRun& baseline, const GuardRun
 // The verbs. record: exit 0 (2 on bad input). check: 0 when nothing got
 // worse, 1 with the diff when something did, 2 on bad input.
 int guard_record(const std::string& suite, const std::string& out, const std::vector<std::string>& overrides,
-                 std::ostream& log);
+                 std::ostream& log, const GuardOptions& options = {});
 int guard_check(const std::string& suite, const std::string& baseline, const std::vector<std::string>& overrides,
-                std::ostream& log);
+                std::ostream& log, const GuardOptions& options = {});
 
 }  // namespace spikehunt

@@ -369,6 +369,16 @@ Verdict verdict_from_json(const json& j, const std::string& file) {
   }
 }
 
+Verdict lost_child_verdict(const ChildExit& e, const std::string& log_path) {
+  Verdict v;
+  v.outcome = e.timed_out ? Outcome::kTimeout : Outcome::kCrashed;
+  std::string log = tail_of(log_path, 600);
+  while (!log.empty() && (log.back() == '\n' || log.back() == ' ')) log.pop_back();
+  v.message = e.describe() + (log.empty() ? "" : ": " + log);
+  v.wall_seconds = e.wall_seconds;
+  return v;
+}
+
 BurstSummary summary_of(Verdict verdict, std::vector<StepHashes> step_hashes) {
   BurstSummary s;
   s.verdict = std::move(verdict);

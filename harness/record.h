@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/child.h"
 #include "harness/env.h"
 #include "harness/hash.h"
 
@@ -178,6 +179,10 @@ struct BurstSummary {
 };
 // A summary with `first` taken from the step hashes (empty: no step ran).
 BurstSummary summary_of(Verdict verdict, std::vector<StepHashes> step_hashes);
+// The verdict of a burst whose child (a process or a worker) ended without
+// writing its result: timeout, or crashed with how it ended and the end of
+// its log ("signal 11 (Segmentation fault): ...").
+Verdict lost_child_verdict(const ChildExit& e, const std::string& log_path);
 
 // "fc1.weight gradient 40× its trailing median, climbing since step 38 (2
 // steps before the onset), then fc1_act activation (12×, since step 39), ..."

@@ -2,10 +2,14 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <typeinfo>
 
+#include "scenarios/config.h"
 #include "scenarios/models.h"
 #include "scenarios/protocol.h"
 #include "scenarios/rng.h"
@@ -287,10 +291,29 @@ std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config,
   return make_scenario(config);
 }
 
-std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config) {
-  if (config.scenario == "standard") {
-    return make_scenario(config, std::make_shared<const Dataset>(load_dataset(config.dataset)));
+std::shared_ptr<const Dataset> shared_dataset(const DatasetConfig& config) {
+  // Keyed by the dataset's whole config (kind, paths, sizes, seed); the few
+  // most recent kept, so a worker's memory stays bounded.
+  constexpr size_t kKept = 4;
+  static std::mutex mutex;
+  static std::vector<std::pair<std::string, std::shared_ptr<const Dataset>>> kept;
+  TrainingConfig holder;
+  holder.dataset = config;
+  const std::string key = config_to_json(holder)["dataset"].dump();
+  std::lock_guard<std::mutex> lock(mutex);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (kept[i].first != key) continue;
+    std::rotate(kept.begin(), kept.begin() + long(i), kept.begin() + long(i) + 1);  // most recent first
+    return kept.front().second;
   }
+  auto dataset = std::make_shared<const Dataset>(load_dataset(config));
+  kept.insert(kept.begin(), {key, dataset});
+  if (kept.size() > kKept) kept.pop_back();
+  return dataset;
+}
+
+std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config) {
+  if (config.scenario == "standard") return make_scenario(config, shared_dataset(config.dataset));
   auto it = registry().find(config.scenario);
   if (it == registry().end()) {
     throw InputError("config", "scenario", "\"" + config.scenario + "\"", "is not registered in this program",

@@ -96,8 +96,14 @@ void register_scenario(const std::string& name, ScenarioMaker make, std::vector<
 // ("SpiralsScenario"; "" before): draft regression tests register it by it.
 std::string scenario_class(const std::string& name);
 
-// Builds config.scenario: the standard one (loading config.dataset) or a registered one.
+// Builds config.scenario: the standard one (with shared_dataset(config.dataset))
+// or a registered one.
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config);
+// config's dataset, loaded (synthetic generation, idx decoding, text) once per
+// process and shared read-only by every scenario of the same dataset config:
+// a persistent worker pays for it on its first burst only. The 4 most
+// recently used are kept. A file changed on disk meanwhile is not reread.
+std::shared_ptr<const Dataset> shared_dataset(const DatasetConfig& config);
 // The same, sharing a loaded dataset with the standard scenario.
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config,
                                         std::shared_ptr<const Dataset> dataset);

@@ -184,6 +184,7 @@ TEST(SweepEndToEnd, CrashingAndHangingChildrenBecomeVerdictsAndTheSweepGoesOn) {
   o.out_dir = out;
   o.binary = fake;
   o.progress = false;
+  o.pool.persistent = false;  // the stand-in is no worker: a process a burst (workers: worker_test.cpp)
   std::ostringstream text;
   EXPECT_EQ(run_sweep(o, text), 1);
   EXPECT_EQ(count_runs(out + "/sweep.db"), 8) << text.str();

@@ -85,8 +85,10 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-CommandResult run_spikehunt(const std::string& args) {
-  const std::string command = std::string(SPIKEHUNT_BINARY) + " " + args + " 2>&1";
+CommandResult run_spikehunt(const std::string& args) { return run_program(SPIKEHUNT_BINARY, args); }
+
+CommandResult run_program(const std::string& program, const std::string& args) {
+  const std::string command = program + " " + args + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) throw std::runtime_error("popen failed: " + command);
   CommandResult r;

@@ -50,6 +50,7 @@ struct CommandResult {
 };
 // Runs the spikehunt binary with `args` (a shell-quoted string).
 CommandResult run_spikehunt(const std::string& args);
+CommandResult run_program(const std::string& program, const std::string& args);  // another program (a user's)
 
 std::string source_path(const std::string& relative);  // path inside the repository
 
