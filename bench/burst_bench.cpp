@@ -1,14 +1,18 @@
 // burst_bench.cpp — whole bursts: the default config's burst (steps per
 // second), replay of a failure late in a run from its checkpoint against from
-// step 0, and a small sweep's bursts per minute with -j 1 and -j 2.
+// step 0, and sweeps' bursts per minute with -j 1 and -j 2, in persistent
+// workers against a process a burst (the default sweep: with its shrink
+// bursts per distinct failure).
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <filesystem>
 #include <sstream>
 
 #include "generators/space.h"
 #include "generators/sweep.h"
 #include "harness/burst.h"
+#include "harness/store.h"
 #include "harness/repro.h"
 #include "scenarios/catalog.h"
 
@@ -76,31 +80,69 @@ void BM_LateReplay(benchmark::State& state) {
 }
 BENCHMARK(BM_LateReplay)->Arg(0)->Arg(1)->ArgName("checkpoint")->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 
-// A sweep of 8 tiny-MLP bursts, each a child process (start-up included).
+// A sweep's bursts per minute, `jobs` at a time, in persistent workers
+// (workers:1) or a process a burst (workers:0, `--process-per-burst`).
+struct SweepRun {
+  int64_t search = 0, shrink = 0;
+  int64_t shrunk = 0;    // failures shrunk
+  int64_t distinct = 0;  // after shrinking (those that shrank to another's minimal config are one)
+  double seconds = 0;
+};
+
+SweepRun run_bench_sweep(SweepOptions o, const std::string& name, bool workers) {
+  o.out_dir = (fs::temp_directory_path() / ("spikehunt-bench-" + name + (workers ? "-workers" : "-processes"))).string();
+  fs::remove_all(o.out_dir);
+  o.binary = SPIKEHUNT_BINARY;
+  o.progress = false;
+  o.pool.persistent = workers;
+  std::ostringstream log;
+  const auto start = std::chrono::steady_clock::now();
+  run_sweep(o, log);
+  SweepRun r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  SweepStore store(o.out_dir + "/sweep.db", o.space.to_json().dump(), o.seed);
+  r.search = store.count("search");
+  r.shrink = store.count("shrink");
+  for (const FailureRow& f : store.failures()) {
+    r.shrunk += !f.minimal_config_json.empty();
+    r.distinct += f.replay.rfind(one_failure_with(""), 0) != 0;
+  }
+  return r;
+}
+
+void report(benchmark::State& state, const SweepRun& r) {
+  state.SetIterationTime(r.seconds);
+  state.counters["bursts_per_min"] = double(r.search + r.shrink) * 60 / r.seconds;
+  state.counters["search_bursts"] = double(r.search);
+  state.counters["shrink_bursts"] = double(r.shrink);
+  state.counters["failures"] = double(r.distinct);
+  if (r.shrunk > 0) state.counters["shrink_bursts_per_failure"] = double(r.shrink) / double(r.shrunk);
+}
+
+// 8 tiny-MLP bursts (start-up is most of a burst here), no shrinking.
 void BM_Sweep(benchmark::State& state) {
-  const SearchSpace space = SearchSpace::from_json(nlohmann::json::parse(R"({
+  SweepOptions o;
+  o.space = SearchSpace::from_json(nlohmann::json::parse(R"({
     "base": {"model": {"kind": "mlp", "mlp_width": 64}, "dataset": {"synthetic_train_per_class": 100},
              "batch_size": 32, "threads": 1, "optimizer": {"lr": 0.01}},
     "dimensions": {"seed": {"range": [0, 100]}, "max_batches_per_epoch": {"range": [10, 20]}}})"),
-                                                   "<bench space>");
-  int64_t bursts = 0;
-  for (auto _ : state) {
-    const std::string out = (fs::temp_directory_path() / "spikehunt-bench-sweep").string();
-    fs::remove_all(out);
-    SweepOptions o;
-    o.space = space;
-    o.runs = 8;
-    o.jobs = int(state.range(0));
-    o.out_dir = out;
-    o.binary = SPIKEHUNT_BINARY;
-    o.progress = false;
-    std::ostringstream log;
-    run_sweep(o, log);
-    bursts += o.runs;
-  }
-  state.counters["bursts_per_min"] = benchmark::Counter(double(bursts) * 60, benchmark::Counter::kIsRate);
+                                   "<bench space>");
+  o.runs = 8;
+  o.jobs = int(state.range(0));
+  for (auto _ : state) report(state, run_bench_sweep(o, "sweep", state.range(1) != 0));
 }
-BENCHMARK(BM_Sweep)->Arg(1)->Arg(2)->ArgName("jobs")->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK(BM_Sweep)->ArgsProduct({{1, 2}, {0, 1}})->ArgNames({"jobs", "workers"})->Unit(benchmark::kMillisecond)
+    ->UseManualTime()->Iterations(1);
+
+// The default sweep (`spikehunt sweep`: the built-in space, 24 runs, its
+// shrinks, repros and replays), -j 2.
+void BM_DefaultSweep(benchmark::State& state) {
+  SweepOptions o;
+  o.jobs = int(state.range(0));
+  for (auto _ : state) report(state, run_bench_sweep(o, "default-sweep", state.range(1) != 0));
+}
+BENCHMARK(BM_DefaultSweep)->ArgsProduct({{2}, {0, 1}})->ArgNames({"jobs", "workers"})->Unit(benchmark::kMillisecond)
+    ->UseManualTime()->Iterations(1);
 
 }  // namespace
 }  // namespace spikehunt

@@ -38,8 +38,15 @@ const Ratio kRatios[] = {
      "gpt step, batch 16 x 64 tokens: fail-fast %.2f ms, plain %.2f ms, fail-fast/plain = %.3f\n"},
     {"BM_LateReplay/checkpoint:0/iterations:1/real_time", "BM_LateReplay/checkpoint:1/iterations:1/real_time",
      "late failure replay: from step 0 %.0f ms, from the checkpoint %.0f ms, speed-up = %.1fx\n"},
-    {"BM_Sweep/jobs:1/iterations:1/real_time", "BM_Sweep/jobs:2/iterations:1/real_time",
-     "sweep of 8 bursts: -j 1 %.0f ms, -j 2 %.0f ms, -j 2 speed-up = %.2fx\n"},
+    {"BM_Sweep/jobs:1/workers:1/iterations:1/manual_time", "BM_Sweep/jobs:2/workers:1/iterations:1/manual_time",
+     "sweep of 8 tiny bursts in workers: -j 1 %.0f ms, -j 2 %.0f ms, -j 2 speed-up = %.2fx\n"},
+    {"BM_Sweep/jobs:1/workers:1/iterations:1/manual_time", "BM_Sweep/jobs:1/workers:0/iterations:1/manual_time",
+     "sweep of 8 tiny bursts, -j 1: workers %.0f ms, a process a burst %.0f ms, workers/processes = %.3f\n"},
+    {"BM_Sweep/jobs:2/workers:1/iterations:1/manual_time", "BM_Sweep/jobs:2/workers:0/iterations:1/manual_time",
+     "sweep of 8 tiny bursts, -j 2: workers %.0f ms, a process a burst %.0f ms, workers/processes = %.3f\n"},
+    {"BM_DefaultSweep/jobs:2/workers:1/iterations:1/manual_time",
+     "BM_DefaultSweep/jobs:2/workers:0/iterations:1/manual_time",
+     "default sweep, -j 2: workers %.0f ms, a process a burst %.0f ms, workers/processes = %.3f\n"},
 };
 
 class RatioReporter : public benchmark::ConsoleReporter {

@@ -100,8 +100,15 @@ echo "one machine (-j 2): $one_ms ms; 3-shard array (1 CPU each) + merge (2 CPUs
 runs_in() { "$bin" compare "$1" "$1" 2>/dev/null | sed -n "2s/.*: \([0-9]*\) runs,.*/\1/p"; }
 
 # ---- one task killed mid-way and resubmitted: no run lost, none repeated ----
+# Bursts of about a second (the default CNN), so a task is still running when
+# its first run is seen committed: a worker runs a tiny-MLP burst in ~50 ms.
+cat >"$work/slow.json" <<'JSON'
+{
+  "base": {"dataset": {"synthetic_train_per_class": 100}, "batch_size": 32, "threads": 1},
+  "dimensions": {"seed": {"range": [0, 3]}, "max_batches_per_epoch": {"range": [10, 15]}}}
+JSON
 out=$work/killed
-"$slurm/spikehunt-slurm" submit "$work/space.json" --runs 18 --shards 3 --seed 2 --cpus 1 --max-shrinks 0 \
+"$slurm/spikehunt-slurm" submit "$work/slow.json" --runs 18 --shards 3 --seed 2 --cpus 1 --max-shrinks 0 \
   --out "$out" --spikehunt "$bin" >"$work/submit2.log"
 # shellcheck disable=SC1091
 source "$out/slurm/submission"

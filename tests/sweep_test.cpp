@@ -333,7 +333,11 @@ TEST(ShrinkEndToEnd, ShrinksAFailingConfigAndLeavesAHealthyOneAlone) {
 
 TEST(SweepEndToEnd, ATimeBudgetStopsTheSweepAndTheSameCommandResumes) {
   TempDir dir;
-  const std::string space = write_space(dir);
+  // Bursts of the default CNN (about 0.3 s each in a worker; 12 of the tiny
+  // MLP's take under a second), so 2 s stop the sweep mid-way.
+  const std::string space = write_space(dir, R"({
+    "base": {"dataset": {"synthetic_train_per_class": 40}, "batch_size": 32, "threads": 1},
+    "dimensions": {"seed": {"range": [0, 5]}, "max_batches_per_epoch": {"range": [6, 10]}}})");
   const std::string command = "sweep --space " + space + " --runs 12 -j 1 --budget 2s --max-shrinks 0 --no-progress --out " +
                               dir.file("s");
   const auto first = run_spikehunt(command);
