@@ -1,7 +1,9 @@
 #include "generators/driver.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <filesystem>
 
@@ -82,6 +84,14 @@ std::optional<BurstSummary> EvalCache::find(const std::string& config_hash) {
   return std::nullopt;
 }
 
+std::optional<BurstSummary> EvalCache::release(const std::string& config_hash) {
+  auto it = pending_.find(config_hash);
+  if (it == pending_.end()) return std::nullopt;
+  BurstSummary s = std::move(it->second);
+  pending_.erase(it);
+  return s;
+}
+
 void EvalCache::add(const std::string& kind, int64_t sample, const TrainingConfig& config, const BurstSummary& summary) {
   const std::string hash = config_hash(config).hex();
   memory_[hash] = summary;
@@ -130,56 +140,76 @@ class Shrinker {
     return false;
   }
 
-  // Evaluates `candidates` (each strictly simpler than the current point) in
-  // order, up to parallelism() at once, and takes the first that fails in the
-  // target class. Returns its index, or -1. Candidates after it in its window
-  // were run against the old point: they are in the memo, not taken.
-  int take_first(const std::vector<SpacePoint>& candidates) {
+  // Takes the first of `candidates` (each strictly simpler than the current
+  // point) that fails in the target class, deciding in order as one job
+  // would: returns its index, or -1. Up to parallelism() bursts run at once —
+  // a window of candidates, and in the last window `ahead` (what the
+  // procedure tries next if none fails) on the slots left idle — but a
+  // result enters the memo and counts against the budget only when the
+  // decision in order reaches it (the cache holds the rest), and a
+  // candidate implied healthy by an earlier rejection of its window is not
+  // counted either: decisions, counts and budget are those of -j 1.
+  int take_first(const std::vector<SpacePoint>& candidates, const std::vector<SpacePoint>& ahead = {}) {
     const size_t window = size_t(std::max(evaluator_.parallelism(), 1));
     for (size_t from = 0; from < candidates.size() && !done(); from += window) {
       const size_t to = std::min(candidates.size(), from + window);
-      std::vector<std::optional<BurstSummary>> summaries(to - from);
       std::vector<TrainingConfig> to_run;
-      std::vector<size_t> to_run_index;
+      std::vector<std::string> to_run_hash;
+      // `own`: this shrink's candidate (its rejections imply, its budget
+      // bounds); else another shrink's spare one.
+      auto want = [&](const SpacePoint& p, bool own) {
+        if (to_run.size() >= window || (own && implied_healthy(p))) return;
+        TrainingConfig c = space_.config(p);
+        std::string hash = config_hash(c).hex();
+        if (cache_.holds(hash) || std::count(to_run_hash.begin(), to_run_hash.end(), hash) || cache_.find(hash)) return;
+        if (budget_.expired() || (own && r_.evaluations + int64_t(to_run.size()) >= budget_.evaluations)) return;
+        to_run.push_back(std::move(c));
+        to_run_hash.push_back(std::move(hash));
+      };
+      for (size_t i = from; i < to; ++i) want(candidates[i], true);
+      // Idle slots go ahead only beside a burst that runs anyway (never to wait for them alone).
+      if (!to_run.empty() && to == candidates.size()) {
+        for (const SpacePoint& a : ahead) want(a, true);
+        while (next_spare_ < spare_.size() && to_run.size() < window) want(spare_[next_spare_++], false);
+      }
+      evaluator_.evaluate(to_run, [&](size_t k, const BurstSummary& s) {
+        cache_.hold(to_run_hash[k], s);
+        ++r_.ran;
+      });
       for (size_t i = from; i < to; ++i) {
         if (implied_healthy(candidates[i])) {
           ++r_.implied;
           continue;
         }
         const TrainingConfig c = space_.config(candidates[i]);
-        if (std::optional<BurstSummary> hit = cache_.find(config_hash(c).hex())) {
-          summaries[i - from] = hit;
+        const std::string hash = config_hash(c).hex();
+        std::optional<BurstSummary> summary = cache_.find(hash);
+        if (summary) {
           ++r_.memo_hits;
-        } else if (r_.evaluations + int64_t(to_run.size()) < budget_.evaluations && !budget_.expired()) {
-          to_run.push_back(c);
-          to_run_index.push_back(i - from);
-        } else {
+        } else if (r_.evaluations < budget_.evaluations && (summary = cache_.release(hash))) {
+          cache_.add("shrink", -1, c, *summary);
+          ++r_.evaluations;
+        } else {  // not run: the budget or the deadline ran out before it
           exhausted_ = true;
+          return -1;
         }
-      }
-      evaluator_.evaluate(to_run, [&](size_t k, const BurstSummary& s) {
-        summaries[to_run_index[k]] = s;
-        cache_.add("shrink", -1, to_run[k], s);
-        ++r_.evaluations;
-      });
-      for (size_t i = from; i < to; ++i) {
-        if (implied_healthy(candidates[i])) continue;
-        if (!summaries[i - from]) return -1;  // not evaluated: the budget ran out before it
-        if (failure_class(summaries[i - from]->verdict) == target_) {
+        if (failure_class(summary->verdict) == target_) {
           r_.minimal = candidates[i];
-          r_.summary = *summaries[i - from];
+          r_.summary = *summary;
           r_.path.push_back(candidates[i]);
           ++r_.accepted;
           if (reached_ && reached_(candidates[i])) joined_ = true;
           return int(i);
         }
-        // Decided in order (what runs after a taken one in its window is not), so -j changes nothing.
         rejected_.push_back(candidates[i]);
       }
     }
     return -1;
   }
-  bool take(const SpacePoint& candidate) { return take_first({candidate}) == 0; }
+  void set_spare(const std::vector<SpacePoint>& spare) { spare_ = spare; }
+  bool take(const SpacePoint& candidate, const std::vector<SpacePoint>& ahead = {}) {
+    return take_first({candidate}, ahead) == 0;
+  }
   bool exhausted() const { return exhausted_; }
   // Stop: the budget is spent, or the shrink reached a point another one passed through.
   bool done() const { return exhausted_ || joined_; }
@@ -197,30 +227,69 @@ class Shrinker {
   std::function<bool(const SpacePoint&)> reached_;
   std::vector<bool> ordered_;        // per digit
   std::vector<SpacePoint> rejected_; // candidates seen not to fail this way
+  std::vector<SpacePoint> spare_;  // other shrinks' first candidates, for idle slots
+  size_t next_spare_ = 0;
 };
 
 }  // namespace
 
+namespace {
+
+// Where each dimension's digits start in a point, and how far a point is
+// from the simplest along a dimension (0: at its simplest).
+struct DimensionLayout {
+  explicit DimensionLayout(const SearchSpace& space) : space(space) {
+    const std::vector<Dimension>& dims = space.dimensions();
+    for (int64_t i = 0, at = 0; i < int64_t(dims.size()); at += dims[size_t(i)].arity(), ++i) first_digit.push_back(at);
+  }
+  double distance(const SpacePoint& p, size_t d) const {
+    double sum = 0;
+    for (int64_t i = first_digit[d]; i < first_digit[d] + space.dimensions()[d].arity(); ++i) {
+      sum += double(p[size_t(i)]) / double(std::max<int64_t>(space.digit_limit(i) - 1, 1));
+    }
+    return sum;
+  }
+  // The dimensions away from their simplest value, the farthest first.
+  std::vector<size_t> farthest_first(const SpacePoint& p) const {
+    std::vector<size_t> order;
+    for (size_t d = 0; d < space.dimensions().size(); ++d) {
+      if (distance(p, d) > 0) order.push_back(d);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return distance(p, a) > distance(p, b); });
+    return order;
+  }
+  SpacePoint reset(SpacePoint p, size_t d) const {
+    std::fill(p.begin() + first_digit[d], p.begin() + first_digit[d] + space.dimensions()[d].arity(), 0);
+    return p;
+  }
+  const SearchSpace& space;
+  std::vector<int64_t> first_digit;  // of each dimension
+};
+
+}  // namespace
+
+std::vector<SpacePoint> first_resets(const SearchSpace& space, const SpacePoint& start) {
+  const DimensionLayout layout(space);
+  std::vector<SpacePoint> out;
+  for (size_t d : layout.farthest_first(start)) {
+    SpacePoint q = layout.reset(start, d);
+    if (space.valid(q)) out.push_back(std::move(q));
+  }
+  return out;
+}
+
 ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
                     Evaluator& evaluator, EvalCache& cache, const Budget& budget,
                     const std::function<void(const ShrinkResult&)>& progress,
-                    const std::function<bool(const SpacePoint&)>& reached) {
+                    const std::function<bool(const SpacePoint&)>& reached, const std::vector<SpacePoint>& spare) {
   ShrinkResult result;
   result.start = result.minimal = start;
   result.summary = start_summary;
   if (failure_class(start_summary.verdict).empty()) return result;  // nothing fails: nothing to shrink
   Shrinker shrinker(space, start_summary, evaluator, cache, budget, &result);
   shrinker.stop_at(reached);
-  const std::vector<Dimension>& dims = space.dimensions();
-  std::vector<int64_t> first_digit;  // of each dimension
-  for (int64_t i = 0, at = 0; i < int64_t(dims.size()); at += dims[size_t(i)].arity(), ++i) first_digit.push_back(at);
-  auto dimension_distance = [&](const SpacePoint& p, size_t d) {
-    double sum = 0;
-    for (int64_t i = first_digit[d]; i < first_digit[d] + dims[d].arity(); ++i) {
-      sum += double(p[size_t(i)]) / double(std::max<int64_t>(space.digit_limit(i) - 1, 1));
-    }
-    return sum;
-  };
+  shrinker.set_spare(spare);
+  const DimensionLayout layout(space);
   std::vector<bool> bisected(start.size(), false);  // a digit's boundary was searched in an earlier pass
   while (true) {
     const SpacePoint pass_start = result.minimal;
@@ -230,19 +299,12 @@ ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const Bur
     //    before any value moves to the edge of the failure.
     for (bool took = true; took && !shrinker.done();) {
       took = false;
-      std::vector<size_t> order;
-      for (size_t d = 0; d < dims.size(); ++d) {
-        if (dimension_distance(result.minimal, d) > 0) order.push_back(d);
-      }
-      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-        return dimension_distance(result.minimal, a) > dimension_distance(result.minimal, b);
-      });
+      std::vector<size_t> order = layout.farthest_first(result.minimal);
       while (!order.empty() && !shrinker.done()) {
         std::vector<SpacePoint> resets;
         std::vector<size_t> of;
         for (size_t d : order) {
-          SpacePoint q = result.minimal;
-          std::fill(q.begin() + first_digit[d], q.begin() + first_digit[d] + dims[d].arity(), 0);
+          SpacePoint q = layout.reset(result.minimal, d);
           if (space.valid(q)) resets.push_back(std::move(q)), of.push_back(d);
         }
         const int taken = shrinker.take_first(resets);
@@ -279,7 +341,15 @@ ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const Bur
         const int64_t mid = lo + (hi - lo) / 2;
         SpacePoint q = result.minimal;
         q[i] = mid;
-        if (space.valid(q) && shrinker.take(q)) hi = mid;
+        // Ahead: the next probe if mid does not fail (the likelier way in
+        // sweeps: the boundary sits near the failing value), then if it does.
+        std::vector<SpacePoint> ahead;
+        for (const int64_t next : {mid + (hi - mid) / 2, lo + (mid - lo) / 2}) {
+          SpacePoint n = result.minimal;
+          n[i] = next;
+          if (next != mid && next != lo && next != hi && space.valid(n)) ahead.push_back(std::move(n));
+        }
+        if (space.valid(q) && shrinker.take(q, ahead)) hi = mid;
         else lo = mid;
       }
     }

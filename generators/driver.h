@@ -75,6 +75,8 @@ class FunctionEvaluator : public Evaluator {
 };
 
 // Every burst by config hash, in memory and (when given) in the sweep database.
+// Beside it, bursts trained on parallel slots before a shrink asked for them
+// (`pending`): not in the memo, the database or any budget until one does.
 class EvalCache {
  public:
   explicit EvalCache(SweepStore* store = nullptr) : store_(store) {}
@@ -82,9 +84,15 @@ class EvalCache {
   // Remembers and (with a store) commits one run: one transaction.
   void add(const std::string& kind, int64_t sample, const TrainingConfig& config, const BurstSummary& summary);
 
+  void hold(const std::string& config_hash, const BurstSummary& summary) { pending_[config_hash] = summary; }
+  bool holds(const std::string& config_hash) const { return pending_.count(config_hash) > 0; }
+  std::optional<BurstSummary> release(const std::string& config_hash);  // and forget it
+  int64_t held() const { return int64_t(pending_.size()); }             // trained, never asked for
+
  private:
   SweepStore* store_;
   std::map<std::string, BurstSummary> memory_;
+  std::map<std::string, BurstSummary> pending_;
 };
 
 struct Budget {
@@ -100,6 +108,7 @@ struct ShrinkResult {
   int64_t memo_hits = 0;
   int64_t implied = 0;          // candidates not run: at or below one seen not to fail this way
   int64_t accepted = 0;         // shrink steps taken
+  int64_t ran = 0;               // bursts this shrink trained: for itself (asked for or not) and `spare`
   bool budget_exhausted = false;
   std::vector<SpacePoint> path;  // every point taken, in order (the last is `minimal`)
   bool joined = false;           // stopped at a point `reached` said another shrink passed through
@@ -111,15 +120,28 @@ struct ShrinkResult {
 // at once; the earliest failing one in order is taken, and the rest are tried
 // again from the new point); (2) for each value still away from its simplest,
 // a binary search for the smallest index (values are ordered by distance from
-// the simplest) that still fails — in later passes one step down first.
+// the simplest) that still fails — in later passes one step down first;
+// with more than one job, the binary search runs its next probe (both of
+// them with three) on the slots its one candidate leaves idle, then `spare`.
+// A result counts (memo, database, budget, evaluations) only when the
+// decisions in order ask for it (until then the cache holds it), so the
+// result, the bursts counted and where a budget runs out do not depend on
+// the job count.
 // Passes repeat until one takes nothing: then no reset and no single step
-// down fails the same way (a local minimum). The decisions are sequential, so
-// the result does not depend on the job count. `reached` (optional) is asked
+// down fails the same way (a local minimum). `reached` (optional) is asked
 // of every point taken: true (a point another failure's shrink passed
 // through) stops the shrink there, `joined`: from there on it is that one.
+// `spare` (optional): candidates of shrinks to come (first_resets() of their
+// starts), trained on slots this one leaves idle and held in the cache until
+// their own shrink asks for them.
 ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
                     Evaluator& evaluator, EvalCache& cache, const Budget& budget,
                     const std::function<void(const ShrinkResult&)>& progress = {},
-                    const std::function<bool(const SpacePoint&)>& reached = {});
+                    const std::function<bool(const SpacePoint&)>& reached = {},
+                    const std::vector<SpacePoint>& spare = {});
+
+// The first candidates a shrink from `start` tries: each dimension away from
+// its simplest value reset to it, the farthest first.
+std::vector<SpacePoint> first_resets(const SearchSpace& space, const SpacePoint& start);
 
 }  // namespace spikehunt

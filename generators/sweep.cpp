@@ -308,6 +308,15 @@ int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& stor
   auto pass = [&](const TrainingConfig& c, const std::string& signature) {
     passed_by.emplace(config_hash(c).hex(), signature);
   };
+  // The first candidates of each shrink to come, for the idle slots of the ones before it.
+  std::vector<std::vector<SpacePoint>> first_candidates;
+  for (size_t i = 0; i < ordered.size() && int64_t(i) < o.max_shrinks; ++i) {
+    const std::optional<FailureRow> row = store.failure(ordered[i].signature);
+    if (row && !row->minimal_config_json.empty()) continue;  // shrunk before this resume
+    first_candidates.push_back(first_resets(
+        o.space, o.space.point_of(config_from_json(json::parse(ordered[i].first.config_json), store.path()))));
+  }
+  size_t shrinks_started = 0;
   for (const FailureGroup& g : ordered) {
     FailureRow f = store.failure(g.signature).value_or(FailureRow{});
     f.signature = g.signature;
@@ -328,6 +337,10 @@ int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& stor
       const TrainingConfig start_config = config_from_json(json::parse(g.first.config_json), store.path());
       progress.note("shrinking " + g.signature + " ...");
       std::string joined;
+      std::vector<SpacePoint> spare;
+      for (size_t k = ++shrinks_started; k < first_candidates.size(); ++k) {
+        spare.insert(spare.end(), first_candidates[k].begin(), first_candidates[k].end());
+      }
       const ShrinkResult r = shrink(
           o.space, o.space.point_of(start_config), g.first.summary, children, cache, budget,
           [&](const ShrinkResult& s) {
@@ -338,7 +351,8 @@ int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& stor
             const auto it = passed_by.find(config_hash(o.space.config(p)).hex());
             if (it != passed_by.end()) joined = it->second;
             return it != passed_by.end();
-          });
+          },
+          spare);
       progress.done();
       for (const SpacePoint& p : r.path) pass(o.space.config(p), g.signature);
       const std::optional<FailureRow> other = r.joined ? store.failure(joined) : std::nullopt;
@@ -368,6 +382,7 @@ int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& stor
     }
   }
 
+  const int64_t ahead_unused = cache.held();  // trained on idle slots, never asked for
   // ---- summary ----
   const SweepRates rates = sweep_rates(searched, o.space);
   const int64_t n = rates.all.runs, failed = rates.all.failed;
@@ -375,7 +390,9 @@ int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& stor
   out << "\n" << n << " runs, " << failed << " failed: " << percent(n ? double(failed) / double(n) : 0)
       << " (95% Wilson interval " << percent(lo) << " to " << percent(hi) << ")";
   for (const auto& [outcome, count] : rates.by_outcome) out << ", " << count << " " << outcome;
-  out << "\nbursts this invocation: " << search_bursts << " search, " << shrink_bursts << " shrink; total in the database: "
+  out << "\nbursts this invocation: " << search_bursts << " search, " << shrink_bursts << " shrink"
+      << (ahead_unused > 0 ? " (+" + std::to_string(ahead_unused) + " trained on idle slots and not needed)" : "")
+      << "; total in the database: "
       << store.count("search") << " search, " << store.count("shrink") << " shrink; "
       << duration_text(std::chrono::duration<double>(Clock::now() - start).count()) << "\n\n";
   char line[160];

@@ -220,17 +220,90 @@ class WindowedEvaluator : public FunctionEvaluator {
  public:
   using FunctionEvaluator::FunctionEvaluator;
   int parallelism() const override { return 3; }
+  void evaluate(const std::vector<TrainingConfig>& configs,
+                const std::function<void(size_t, const BurstSummary&)>& on_result,
+                const std::function<bool()>& stop = {}) override {
+    rounds_ += !configs.empty();
+    FunctionEvaluator::evaluate(configs, on_result, stop);
+  }
+  int64_t rounds() const { return rounds_; }  // waits for bursts, one after another
+
+ private:
+  int64_t rounds_ = 0;
 };
 
 TEST(Driver, ResultDoesNotDependOnTheJobCount) {
   const SearchSpace s = planted_space();
   const SpacePoint start = non_finite_start(s);
-  FunctionEvaluator one(planted);
-  WindowedEvaluator three(planted);
-  EvalCache c1, c3;
-  const ShrinkResult a = shrink(s, start, planted(s.config(start)), one, c1, Budget{});
-  const ShrinkResult b = shrink(s, start, planted(s.config(start)), three, c3, Budget{});
-  EXPECT_EQ(a.minimal, b.minimal);
+  // With a tight budget too: the bursts run ahead on idle slots count only
+  // when the search asks for them, so the budget runs out at the same point.
+  for (const int64_t bursts : {int64_t(100), int64_t(9)}) {
+    Budget budget;
+    budget.evaluations = bursts;
+    FunctionEvaluator one(planted);
+    WindowedEvaluator three(planted);
+    EvalCache c1, c3;
+    const ShrinkResult a = shrink(s, start, planted(s.config(start)), one, c1, budget);
+    const ShrinkResult b = shrink(s, start, planted(s.config(start)), three, c3, budget);
+    EXPECT_EQ(a.minimal, b.minimal) << "budget " << bursts;
+    EXPECT_EQ(a.path, b.path) << "budget " << bursts;
+    EXPECT_EQ(a.evaluations, b.evaluations) << "budget " << bursts;
+    EXPECT_EQ(a.budget_exhausted, b.budget_exhausted) << "budget " << bursts;
+    EXPECT_EQ(a.ran, a.evaluations) << "one job: nothing runs ahead";
+    EXPECT_EQ(c1.held(), 0);
+    EXPECT_EQ(one.calls(), a.evaluations);
+    EXPECT_EQ(three.calls(), b.ran);
+    EXPECT_EQ(b.ran, b.evaluations + c3.held()) << "every burst is counted or still held, never asked for";
+    EXPECT_LT(three.rounds(), a.evaluations) << "budget " << bursts << ": fewer waits than bursts, on three slots";
+  }
+}
+
+// A sweep's shrinks with one job and with three: the same failures, minimal
+// configs and counted bursts; with three, the idle slots of the first shrink
+// train the second's first candidates, which it then finds held.
+TEST(SweepFinish, ShrinksDoNotDependOnTheJobCountAndUseIdleSlotsForTheNext) {
+  const SearchSpace s = planted_space();
+  const SpacePoint a = non_finite_start(s);
+  const SpacePoint b = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kExtreme; });
+  std::vector<std::vector<FailureRow>> rows;
+  std::vector<int64_t> calls;
+  int64_t rounds = 0;
+  for (const bool windows : {false, true}) {
+    testing::TempDir dir;
+    SweepStore store(dir.file("sweep.db"), s.to_json().dump(), 0);
+    EvalCache cache(&store);
+    cache.add("search", 0, s.config(a), planted(s.config(a)));
+    cache.add("search", 1, s.config(b), planted(s.config(b)));
+    SweepOptions o;
+    o.space = s;
+    o.runs = 2;
+    o.binary = SPIKEHUNT_BINARY;
+    o.timeout_seconds = 120;
+    o.progress = false;
+    FunctionEvaluator one(planted);
+    WindowedEvaluator three(planted);
+    Evaluator& e = windows ? static_cast<Evaluator&>(three) : one;
+    std::ostringstream out;
+    finish_sweep(o, dir.path(), store, o.binary, e, cache, Budget{}, std::chrono::steady_clock::now(), 0, out);
+    rows.push_back(store.failures());
+    calls.push_back(windows ? three.calls() : one.calls());
+    if (windows) {
+      rounds = three.rounds();
+    } else {
+      EXPECT_FALSE(testing::has(out.str(), "trained on idle slots")) << out.str();
+    }
+  }
+  ASSERT_EQ(rows[0].size(), 2u);
+  ASSERT_EQ(rows[1].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(rows[0][i].signature, rows[1][i].signature);
+    EXPECT_EQ(rows[0][i].minimal_config_json, rows[1][i].minimal_config_json) << rows[0][i].signature;
+    EXPECT_EQ(rows[0][i].shrink_evaluations, rows[1][i].shrink_evaluations) << rows[0][i].signature;
+    EXPECT_EQ(rows[0][i].shrink_steps, rows[1][i].shrink_steps) << rows[0][i].signature;
+  }
+  EXPECT_GE(calls[1], calls[0]) << "three slots train at least what one does";
+  EXPECT_LT(rounds, rows[0][0].shrink_evaluations + rows[0][1].shrink_evaluations)
+      << "fewer waits than bursts counted: the slots worked in parallel";
 }
 
 TEST(Driver, TheMemoAnswersRepeatedConfigs) {
