@@ -137,6 +137,17 @@ TEST(Driver, AShrinkThatReachesAnothersPathStopsThere) {
   EXPECT_EQ(alone.minimal, first.minimal) << "alone it ends where the other did";
 }
 
+// The options finish_sweep gets for a sweep of two search runs over `s`.
+SweepOptions two_run_sweep(const SearchSpace& s) {
+  SweepOptions o;
+  o.space = s;
+  o.runs = 2;
+  o.binary = SPIKEHUNT_BINARY;
+  o.timeout_seconds = 120;
+  o.progress = false;
+  return o;
+}
+
 TEST(SweepFinish, FailuresThatShrinkToOneConfigAreOneFailure) {
   // Two search runs, non-finite at fc1_act and at fc2_logits: the planted
   // property shrinks both to lr 0.3, momentum 0.5.
@@ -148,12 +159,7 @@ TEST(SweepFinish, FailuresThatShrinkToOneConfigAreOneFailure) {
   const SpacePoint b = other_non_finite_start(s, a);
   cache.add("search", 0, s.config(a), verdict_of(Outcome::kNonFinite, Stage::kForward, "fc1_act"));
   cache.add("search", 1, s.config(b), verdict_of(Outcome::kNonFinite, Stage::kForward, "fc2_logits"));
-  SweepOptions o;
-  o.space = s;
-  o.runs = 2;
-  o.binary = SPIKEHUNT_BINARY;
-  o.timeout_seconds = 120;
-  o.progress = false;
+  const SweepOptions o = two_run_sweep(s);
   FunctionEvaluator evaluator(planted);
   Budget budget;
   std::ostringstream out;
@@ -274,12 +280,7 @@ TEST(SweepFinish, ShrinksDoNotDependOnTheJobCountAndUseIdleSlotsForTheNext) {
     EvalCache cache(&store);
     cache.add("search", 0, s.config(a), planted(s.config(a)));
     cache.add("search", 1, s.config(b), planted(s.config(b)));
-    SweepOptions o;
-    o.space = s;
-    o.runs = 2;
-    o.binary = SPIKEHUNT_BINARY;
-    o.timeout_seconds = 120;
-    o.progress = false;
+    const SweepOptions o = two_run_sweep(s);
     FunctionEvaluator one(planted);
     WindowedEvaluator three(planted);
     Evaluator& e = windows ? static_cast<Evaluator&>(three) : one;

@@ -214,13 +214,15 @@ TEST(Workers, GuardRunsThroughWorkersSoASegfaultInTheUsersCodeIsARegressionWithA
   auto r = testing::run_program(SPIKEHUNT_FAULTY, "guard record --suite " + dir.file("suite.json") + " --out " +
                                                       dir.file("baseline.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = testing::run_program(SPIKEHUNT_FAULTY, "guard check --suite " + dir.file("suite.json") + " --baseline " +
-                                                 dir.file("baseline.json"));
+  auto check = [&](const std::string& flags) {
+    return testing::run_program(SPIKEHUNT_FAULTY, "guard check --suite " + dir.file("suite.json") + " --baseline " +
+                                                      dir.file("baseline.json") + " " + flags);
+  };
+  r = check("");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "no regression: 2 of 2")) << r.output;
   // The user's code now segfaults: the check ends with its diff, exit 1, every case checked.
-  r = testing::run_program(SPIKEHUNT_FAULTY, "guard check --suite " + dir.file("suite.json") + " --baseline " +
-                                                 dir.file("baseline.json") + " --set 'params.fault=\"segfault\"'");
+  r = check("--set 'params.fault=\"segfault\"'");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(has(r.output, "steady: REGRESSION: crashed")) << r.output;
   EXPECT_TRUE(has(r.output, "other: REGRESSION: crashed")) << r.output;
@@ -228,8 +230,7 @@ TEST(Workers, GuardRunsThroughWorkersSoASegfaultInTheUsersCodeIsARegressionWithA
   EXPECT_TRUE(has(r.output, "signal 11")) << r.output;
   EXPECT_TRUE(has(r.output, "2 of 2 config(s) got less stable")) << r.output;
   // A hang past --timeout is a timeout regression, and the next case still runs.
-  r = testing::run_program(SPIKEHUNT_FAULTY, "guard check --suite " + dir.file("suite.json") + " --baseline " +
-                                                 dir.file("baseline.json") + " --timeout 5 --set 'params.fault=\"hang\"'");
+  r = check("--timeout 5 --set 'params.fault=\"hang\"'");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(has(r.output, "verdict: healthy → timeout")) << r.output;
   EXPECT_TRUE(has(r.output, "other: REGRESSION: timeout")) << r.output;
