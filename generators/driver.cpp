@@ -317,6 +317,18 @@ ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const Bur
     // 2. Each digit still away from 0: binary search for the smallest value
     //    that still fails (values are ordered by distance from the simplest).
     //    A digit searched in an earlier pass first tries one step down.
+    // The first candidate the loop below tries at a digit after `i` when
+    // nothing at `i` fails (the point stays): what an idle slot runs ahead.
+    auto next_after = [&](size_t i) -> std::vector<SpacePoint> {
+      for (size_t j = i + 1; j < result.minimal.size(); ++j) {
+        if (result.minimal[j] == 0) continue;
+        SpacePoint q = result.minimal;
+        q[j] = !shrinker.is_ordered(j) ? 1 : bisected[j] ? q[j] - 1 : q[j] / 2;
+        if (q[j] == 0 || !space.valid(q)) return {};
+        return {q};
+      }
+      return {};
+    };
     for (size_t i = 0; i < result.minimal.size() && !shrinker.done(); ++i) {
       if (result.minimal[i] == 0) continue;
       if (!shrinker.is_ordered(i)) {  // a seed, a set, a task order: each simpler value, the simplest first
@@ -326,14 +338,14 @@ ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const Bur
           q[i] = v;
           if (space.valid(q)) simpler.push_back(std::move(q));
         }
-        shrinker.take_first(simpler);
+        shrinker.take_first(simpler, next_after(i));
         continue;
       }
       int64_t lo = 0;  // fails no more (or is the reset, tried above)
       if (bisected[i]) {
         SpacePoint q = result.minimal;
         q[i] -= 1;
-        if (q[i] == 0 || !space.valid(q) || !shrinker.take(q)) continue;  // a step down does not fail: stay
+        if (q[i] == 0 || !space.valid(q) || !shrinker.take(q, next_after(i))) continue;  // a step down does not fail: stay
       }
       bisected[i] = true;
       int64_t hi = result.minimal[i];  // fails
