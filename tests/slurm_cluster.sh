@@ -102,10 +102,13 @@ runs_in() { "$bin" compare "$1" "$1" 2>/dev/null | sed -n "2s/.*: \([0-9]*\) run
 # ---- one task killed mid-way and resubmitted: no run lost, none repeated ----
 # Bursts of about a second (the default CNN), so a task is still running when
 # its first run is seen committed: a worker runs a tiny-MLP burst in ~50 ms.
+# Tens of thousands of distinct configs, so no two of a task's samples are
+# the same config (a sweep trains a config once: the second would be no burst).
 cat >"$work/slow.json" <<'JSON'
 {
   "base": {"dataset": {"synthetic_train_per_class": 100}, "batch_size": 32, "threads": 1},
-  "dimensions": {"seed": {"range": [0, 3]}, "max_batches_per_epoch": {"range": [10, 15]}}}
+  "dimensions": {"optimizer.lr": {"log_range": [0.001, 0.05]}, "optimizer.momentum": {"range": [0, 0.99], "step": 0.01},
+                 "seed": {"range": [0, 3]}, "max_batches_per_epoch": {"range": [10, 15]}}}
 JSON
 out=$work/killed
 "$slurm/spikehunt-slurm" submit "$work/slow.json" --runs 18 --shards 3 --seed 2 --cpus 1 --max-shrinks 0 \
