@@ -1,20 +1,23 @@
 // burst_bench.cpp — whole bursts: the default config's burst (steps per
 // second), replay of a failure late in a run from its checkpoint against from
-// step 0, and sweeps' bursts per minute with -j 1 and -j 2, in persistent
-// workers against a process a burst (the default sweep: with its shrink
-// bursts per distinct failure).
+// step 0, sweeps' bursts per minute with -j 1 and -j 2, in persistent
+// workers against a process a burst, the default sweep on the path before
+// workers and passes against today's (with its shrink bursts per distinct
+// failure), and the two shrinkers on the driver tests' planted properties.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
 #include <filesystem>
 #include <sstream>
 
+#include "generators/driver.h"
 #include "generators/space.h"
 #include "generators/sweep.h"
 #include "harness/burst.h"
 #include "harness/store.h"
 #include "harness/repro.h"
 #include "scenarios/catalog.h"
+#include "tests/planted.h"
 
 namespace spikehunt {
 namespace {
@@ -135,14 +138,53 @@ BENCHMARK(BM_Sweep)->ArgsProduct({{1, 2}, {0, 1}})->ArgNames({"jobs", "workers"}
     ->UseManualTime()->Iterations(1);
 
 // The default sweep (`spikehunt sweep`: the built-in space, 24 runs, its
-// shrinks, repros and replays), -j 2.
+// shrinks, repros and replays), -j 2, three ways: path:0 the path before
+// workers and passes (`--process-per-burst --shrinker tree`), path:1 a
+// process a burst with today's shrinker (`--process-per-burst`), path:2
+// today's (workers, passes, the shrinks at once).
 void BM_DefaultSweep(benchmark::State& state) {
   SweepOptions o;
   o.jobs = int(state.range(0));
-  for (auto _ : state) report(state, run_bench_sweep(o, "default-sweep", state.range(1) != 0));
+  const int64_t path = state.range(1);
+  if (path == 0) o.shrinker = ShrinkMethod::kTree;
+  const std::string name = path == 0 ? "default-sweep-tree" : "default-sweep";
+  for (auto _ : state) report(state, run_bench_sweep(o, name, path == 2));
 }
-BENCHMARK(BM_DefaultSweep)->ArgsProduct({{2}, {0, 1}})->ArgNames({"jobs", "workers"})->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_DefaultSweep)->ArgsProduct({{2}, {0, 1, 2}})->ArgNames({"jobs", "path"})->Unit(benchmark::kMillisecond)
     ->UseManualTime()->Iterations(1);
+
+// Shrink bursts per failure on the driver tests' planted properties
+// (tests/planted.h: known boundaries, no training), from 8 far starts (4
+// non-finite, 4 extreme): shrinker:0 the passes, shrinker:1 the tree walk
+// they replaced. fields_away and distance: of the minimal configs, on
+// average (smaller is simpler).
+void BM_ShrinkPlanted(benchmark::State& state) {
+  const SearchSpace s = planted_space();
+  const bool tree = state.range(0) != 0;
+  for (auto _ : state) {
+    int64_t bursts = 0, fields = 0, failures = 0;
+    double distance = 0;
+    for (uint64_t k = 0; k < 8; ++k) {
+      const SpacePoint start = far_point(s, [&](const TrainingConfig& c) {
+        return planted(c).verdict.outcome == (k % 2 ? Outcome::kExtreme : Outcome::kNonFinite) && c.seed == k + 1;
+      });
+      FunctionEvaluator evaluator(planted);
+      EvalCache cache;
+      Budget budget;
+      budget.evaluations = 400;
+      const ShrinkResult r = tree ? shrink_tree(s, start, planted(s.config(start)), evaluator, cache, budget)
+                                  : shrink(s, start, planted(s.config(start)), evaluator, cache, budget);
+      bursts += r.evaluations;
+      fields += s.fields_differing(r.minimal);
+      distance += s.distance(r.minimal);
+      ++failures;
+    }
+    state.counters["shrink_bursts_per_failure"] = double(bursts) / double(failures);
+    state.counters["fields_away"] = double(fields) / double(failures);
+    state.counters["distance"] = distance / double(failures);
+  }
+}
+BENCHMARK(BM_ShrinkPlanted)->Arg(0)->Arg(1)->ArgName("shrinker")->Unit(benchmark::kMicrosecond)->Iterations(1);
 
 }  // namespace
 }  // namespace spikehunt

@@ -80,7 +80,7 @@ PoolOptions pool_options(const char* verb, const WorkerArgs& a) {
 // The flags of what a sweep does besides its search (its bursts, shrinks,
 // budget), shared by `sweep` and `merge`.
 struct FinishArgs : WorkerArgs {
-  std::string budget, timeout = "5m";
+  std::string budget, timeout = "5m", shrinker = "passes";
   int64_t shrink_bursts = 60, max_shrinks = 3;
   int jobs = 2;
   bool no_progress = false;
@@ -111,6 +111,10 @@ void apply_finish_args(const char* verb, const FinishArgs& a, SweepOptions* o) {
   o->budget_seconds = a.budget.empty() ? 0 : parse_duration(a.budget, verb, "--budget");
   o->shrink_evaluations = a.shrink_bursts;
   o->max_shrinks = a.max_shrinks;
+  if (a.shrinker != "passes" && a.shrinker != "tree") {
+    throw flag_error(verb, "--shrinker", a.shrinker, "is not a shrinker", "passes (the default) or tree");
+  }
+  o->shrinker = a.shrinker == "tree" ? ShrinkMethod::kTree : ShrinkMethod::kPasses;
   o->progress = !a.no_progress;
   o->pool = pool_options(verb, a);
 }
@@ -122,6 +126,10 @@ void add_finish_flags(CLI::App* verb, FinishArgs& a, const char* budget_help, co
   verb->add_option("--timeout", a.timeout, "Per-burst timeout: a burst past it is a timeout verdict")->capture_default_str();
   verb->add_option(shrink_bursts_names, a.shrink_bursts, shrink_bursts_help)->capture_default_str();
   verb->add_option("--max-shrinks", a.max_shrinks, "Distinct failures to shrink, most frequent first")->capture_default_str();
+  verb->add_option("--shrinker", a.shrinker,
+                   "passes: resets, then binary searches, the shrinks at once on idle slots; tree: RapidCheck's shrink "
+                   "tree one failure after another (the shrinker before passes, to compare with)")
+      ->capture_default_str();
   verb->add_flag("--no-progress", a.no_progress, "No progress bar");
   add_worker_flags(verb, a);
 }

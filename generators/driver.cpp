@@ -3,9 +3,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <optional>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -30,34 +35,68 @@ ChildEvaluator::ChildEvaluator(std::string binary, int jobs, double timeout_seco
 void ChildEvaluator::evaluate(const std::vector<TrainingConfig>& configs,
                               const std::function<void(size_t, const BurstSummary&)>& on_result,
                               const std::function<bool()>& stop) {
-  std::vector<ChildSpec> specs;
-  std::vector<std::string> stems;
-  for (const TrainingConfig& c : configs) {
-    const std::string stem = work_dir_ + "/burst-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++);
-    save_config(c, stem + ".config.json");
-    std::vector<std::string> argv = {binary_, "burst", "--config", stem + ".config.json", "--result", stem + ".result.json"};
-    argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
-    specs.push_back({std::move(argv), timeout_, stem + ".log"});
-    stems.push_back(stem);
+  size_t next = 0;
+  stream(
+      [&](bool, bool* finished) -> std::optional<StreamJob> {
+        if (next == configs.size() || (stop && stop())) {
+          *finished = true;
+          return std::nullopt;
+        }
+        ++next;
+        return StreamJob{next - 1, configs[next - 1]};
+      },
+      on_result);
+}
+
+void ChildEvaluator::stream(const std::function<std::optional<StreamJob>(bool, bool*)>& next,
+                            const std::function<void(size_t, const BurstSummary&)>& on_result) {
+  std::map<size_t, std::string> stems;  // of the bursts running
+  pool_.run_stream(
+      [&](bool idle, bool* finished) -> std::optional<std::pair<size_t, ChildSpec>> {
+        std::optional<StreamJob> job = next(idle, finished);
+        if (!job) return std::nullopt;
+        const std::string stem = work_dir_ + "/burst-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++);
+        save_config(job->second, stem + ".config.json");
+        std::vector<std::string> argv = {binary_, "burst", "--config", stem + ".config.json", "--result", stem + ".result.json"};
+        argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
+        stems[job->first] = stem;
+        return std::make_pair(job->first, ChildSpec{std::move(argv), timeout_, stem + ".log"});
+      },
+      jobs_,
+      [&](size_t id, const ChildExit& e) {
+        const std::string stem = stems.at(id);
+        stems.erase(id);
+        BurstSummary s;
+        bool read = false;
+        if (e.exit_code == 0 && e.signal == 0) {
+          try {
+            s = summary_from_json(nlohmann::json::parse(read_file(stem + ".result.json")), stem + ".result.json");
+            read = true;
+          } catch (const std::exception&) {
+          }
+        }
+        if (!read) s.verdict = lost_child_verdict(e, stem + ".log");
+        for (const char* ext : {".config.json", ".result.json", ".log"}) {
+          std::error_code ec;
+          fs::remove(stem + ext, ec);
+        }
+        on_result(id, s);
+      });
+}
+
+void Evaluator::stream(const std::function<std::optional<StreamJob>(bool, bool*)>& next,
+                       const std::function<void(size_t, const BurstSummary&)>& on_result) {
+  for (bool finished = false; !finished;) {
+    std::vector<size_t> ids;
+    std::vector<TrainingConfig> round;
+    while (!finished && int(round.size()) < std::max(parallelism(), 1)) {
+      std::optional<StreamJob> job = next(round.empty(), &finished);
+      if (!job) break;
+      ids.push_back(job->first);
+      round.push_back(std::move(job->second));
+    }
+    evaluate(round, [&](size_t i, const BurstSummary& s) { on_result(ids[i], s); });
   }
-  pool_.run(specs, jobs_, [&](size_t i, const ChildExit& e) {
-    const std::string& stem = stems[i];
-    BurstSummary s;
-    bool read = false;
-    if (e.exit_code == 0 && e.signal == 0) {
-      try {
-        s = summary_from_json(nlohmann::json::parse(read_file(stem + ".result.json")), stem + ".result.json");
-        read = true;
-      } catch (const std::exception&) {
-      }
-    }
-    if (!read) s.verdict = lost_child_verdict(e, stem + ".log");
-    for (const char* ext : {".config.json", ".result.json", ".log"}) {
-      std::error_code ec;
-      fs::remove(stem + ext, ec);
-    }
-    on_result(i, s);
-  }, stop);
 }
 
 void FunctionEvaluator::evaluate(const std::vector<TrainingConfig>& configs,
@@ -73,6 +112,7 @@ void FunctionEvaluator::evaluate(const std::vector<TrainingConfig>& configs,
 // ---- memo ----
 
 std::optional<BurstSummary> EvalCache::find(const std::string& config_hash) {
+  const std::lock_guard<std::mutex> lock(mu_);
   auto it = memory_.find(config_hash);
   if (it != memory_.end()) return it->second;
   if (store_ != nullptr) {
@@ -84,7 +124,30 @@ std::optional<BurstSummary> EvalCache::find(const std::string& config_hash) {
   return std::nullopt;
 }
 
+void EvalCache::hold(const std::string& config_hash, const BurstSummary& summary) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  pending_[config_hash] = summary;
+}
+
+bool EvalCache::holds(const std::string& config_hash) const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return pending_.count(config_hash) > 0;
+}
+
+int64_t EvalCache::held() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return int64_t(pending_.size());
+}
+
+std::optional<BurstSummary> EvalCache::peek(const std::string& config_hash) const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(config_hash);
+  if (it == pending_.end()) return std::nullopt;
+  return it->second;
+}
+
 std::optional<BurstSummary> EvalCache::release(const std::string& config_hash) {
+  const std::lock_guard<std::mutex> lock(mu_);
   auto it = pending_.find(config_hash);
   if (it == pending_.end()) return std::nullopt;
   BurstSummary s = std::move(it->second);
@@ -94,6 +157,7 @@ std::optional<BurstSummary> EvalCache::release(const std::string& config_hash) {
 
 void EvalCache::add(const std::string& kind, int64_t sample, const TrainingConfig& config, const BurstSummary& summary) {
   const std::string hash = config_hash(config).hex();
+  const std::lock_guard<std::mutex> lock(mu_);
   memory_[hash] = summary;
   if (store_ != nullptr) {
     RunRow row;
@@ -113,10 +177,12 @@ namespace {
 // One shrink's bookkeeping: the current failing point, the memo, the budget.
 class Shrinker {
  public:
+  // `ahead`: run for the shrink in order that comes later (shrink_ahead):
+  // results are only held, never released into the memo.
   Shrinker(const SearchSpace& space, const BurstSummary& start_summary, Evaluator& evaluator, EvalCache& cache,
-           const Budget& budget, ShrinkResult* result)
+           const Budget& budget, ShrinkResult* result, bool ahead)
       : space_(space), evaluator_(evaluator), cache_(cache), budget_(budget), r_(*result),
-        target_(failure_class(start_summary.verdict)) {
+        target_(failure_class(start_summary.verdict)), ahead_(ahead) {
     for (int64_t i = 0; i < space.digits(); ++i) ordered_.push_back(ordered(space.dimensions()[size_t(space.dimension_of(i))]));
   }
 
@@ -155,22 +221,28 @@ class Shrinker {
       const size_t to = std::min(candidates.size(), from + window);
       std::vector<TrainingConfig> to_run;
       std::vector<std::string> to_run_hash;
-      // `own`: this shrink's candidate (its rejections imply, its budget
-      // bounds); else another shrink's spare one.
-      auto want = [&](const SpacePoint& p, bool own) {
-        if (to_run.size() >= window || (own && implied_healthy(p))) return;
+      auto want = [&](const SpacePoint& p) {
+        if (to_run.size() >= window || implied_healthy(p)) return;
         TrainingConfig c = space_.config(p);
         std::string hash = config_hash(c).hex();
         if (cache_.holds(hash) || std::count(to_run_hash.begin(), to_run_hash.end(), hash) || cache_.find(hash)) return;
-        if (budget_.expired() || (own && r_.evaluations + int64_t(to_run.size()) >= budget_.evaluations)) return;
+        if (budget_.expired() || r_.evaluations + int64_t(to_run.size()) >= budget_.evaluations) return;
         to_run.push_back(std::move(c));
         to_run_hash.push_back(std::move(hash));
       };
-      for (size_t i = from; i < to; ++i) want(candidates[i], true);
+      // A candidate whose result is known (the memo, or held) and taken
+      // decides the window: nothing after it is needed.
+      bool decided = false;
+      for (size_t i = from; i < to && !decided; ++i) {
+        const std::string hash = config_hash(space_.config(candidates[i])).hex();
+        std::optional<BurstSummary> known = cache_.find(hash);
+        if (!known) known = cache_.peek(hash);
+        if (known) decided = !implied_healthy(candidates[i]) && failure_class(known->verdict) == target_;
+        else want(candidates[i]);
+      }
       // Idle slots go ahead only beside a burst that runs anyway (never to wait for them alone).
-      if (!to_run.empty() && to == candidates.size()) {
-        for (const SpacePoint& a : ahead) want(a, true);
-        while (next_spare_ < spare_.size() && to_run.size() < window) want(spare_[next_spare_++], false);
+      if (!decided && !to_run.empty() && to == candidates.size()) {
+        for (const SpacePoint& a : ahead) want(a);
       }
       evaluator_.evaluate(to_run, [&](size_t k, const BurstSummary& s) {
         cache_.hold(to_run_hash[k], s);
@@ -186,8 +258,8 @@ class Shrinker {
         std::optional<BurstSummary> summary = cache_.find(hash);
         if (summary) {
           ++r_.memo_hits;
-        } else if (r_.evaluations < budget_.evaluations && (summary = cache_.release(hash))) {
-          cache_.add("shrink", -1, c, *summary);
+        } else if (r_.evaluations < budget_.evaluations && (summary = ahead_ ? cache_.peek(hash) : cache_.release(hash))) {
+          if (!ahead_) cache_.add("shrink", -1, c, *summary);
           ++r_.evaluations;
         } else {  // not run: the budget or the deadline ran out before it
           exhausted_ = true;
@@ -206,7 +278,6 @@ class Shrinker {
     }
     return -1;
   }
-  void set_spare(const std::vector<SpacePoint>& spare) { spare_ = spare; }
   bool take(const SpacePoint& candidate, const std::vector<SpacePoint>& ahead = {}) {
     return take_first({candidate}, ahead) == 0;
   }
@@ -223,12 +294,11 @@ class Shrinker {
   const Budget& budget_;
   ShrinkResult& r_;
   std::string target_;
+  bool ahead_;
   bool exhausted_ = false, joined_ = false;
   std::function<bool(const SpacePoint&)> reached_;
   std::vector<bool> ordered_;        // per digit
   std::vector<SpacePoint> rejected_; // candidates seen not to fail this way
-  std::vector<SpacePoint> spare_;  // other shrinks' first candidates, for idle slots
-  size_t next_spare_ = 0;
 };
 
 }  // namespace
@@ -268,27 +338,18 @@ struct DimensionLayout {
 
 }  // namespace
 
-std::vector<SpacePoint> first_resets(const SearchSpace& space, const SpacePoint& start) {
-  const DimensionLayout layout(space);
-  std::vector<SpacePoint> out;
-  for (size_t d : layout.farthest_first(start)) {
-    SpacePoint q = layout.reset(start, d);
-    if (space.valid(q)) out.push_back(std::move(q));
-  }
-  return out;
-}
+namespace {
 
-ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
-                    Evaluator& evaluator, EvalCache& cache, const Budget& budget,
-                    const std::function<void(const ShrinkResult&)>& progress,
-                    const std::function<bool(const SpacePoint&)>& reached, const std::vector<SpacePoint>& spare) {
+ShrinkResult shrink_passes(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
+                           Evaluator& evaluator, EvalCache& cache, const Budget& budget,
+                           const std::function<void(const ShrinkResult&)>& progress,
+                           const std::function<bool(const SpacePoint&)>& reached, bool ahead) {
   ShrinkResult result;
   result.start = result.minimal = start;
   result.summary = start_summary;
   if (failure_class(start_summary.verdict).empty()) return result;  // nothing fails: nothing to shrink
-  Shrinker shrinker(space, start_summary, evaluator, cache, budget, &result);
+  Shrinker shrinker(space, start_summary, evaluator, cache, budget, &result, ahead);
   shrinker.stop_at(reached);
-  shrinker.set_spare(spare);
   const DimensionLayout layout(space);
   std::vector<bool> bisected(start.size(), false);  // a digit's boundary was searched in an earlier pass
   while (true) {
@@ -377,6 +438,244 @@ ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const Bur
     if (result.minimal == pass_start) break;  // a pass took nothing: no reset and no step down fails the same way
   }
   return result;
+}
+
+}  // namespace
+
+ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
+                    Evaluator& evaluator, EvalCache& cache, const Budget& budget,
+                    const std::function<void(const ShrinkResult&)>& progress,
+                    const std::function<bool(const SpacePoint&)>& reached) {
+  return shrink_passes(space, start, start_summary, evaluator, cache, budget, progress, reached, false);
+}
+
+// The shrinker before the passes, kept to compare with (sweep --shrinker
+// tree): RapidCheck's shrink tree, walked greedily, a window of
+// parallelism() candidates at a time, each run one counted.
+ShrinkResult shrink_tree(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
+                         Evaluator& evaluator, EvalCache& cache, const Budget& budget,
+                         const std::function<void(const ShrinkResult&)>& progress) {
+  ShrinkResult result;
+  result.start = result.minimal = start;
+  result.summary = start_summary;
+  const std::string target = failure_class(start_summary.verdict);
+  if (target.empty()) return result;  // nothing fails: nothing to shrink
+  rc::Shrinkable<SpacePoint> current = shrinkable_point(space, start);
+  const size_t window = size_t(std::max(evaluator.parallelism(), 1));
+  while (true) {
+    rc::Seq<rc::Shrinkable<SpacePoint>> candidates = current.shrinks();
+    bool accepted = false, exhausted = false;
+    while (!accepted && !exhausted) {
+      // The next window of valid candidates, in the tree's order.
+      std::vector<rc::Shrinkable<SpacePoint>> batch;
+      while (batch.size() < window) {
+        rc::Maybe<rc::Shrinkable<SpacePoint>> c = candidates.next();
+        if (!c) break;
+        if (space.valid(c->value())) batch.push_back(std::move(*c));
+      }
+      if (batch.empty()) break;
+      std::vector<std::optional<BurstSummary>> summaries(batch.size());
+      std::vector<TrainingConfig> to_run;
+      std::vector<size_t> to_run_index;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const TrainingConfig c = space.config(batch[i].value());
+        if (std::optional<BurstSummary> hit = cache.find(config_hash(c).hex())) {
+          summaries[i] = hit;
+          ++result.memo_hits;
+        } else if (result.evaluations + int64_t(to_run.size()) < budget.evaluations && !budget.expired()) {
+          to_run.push_back(c);
+          to_run_index.push_back(i);
+        } else {
+          exhausted = true;
+        }
+      }
+      evaluator.evaluate(to_run, [&](size_t k, const BurstSummary& s) {
+        summaries[to_run_index[k]] = s;
+        cache.add("shrink", -1, to_run[k], s);
+        ++result.evaluations;
+        ++result.ran;
+      });
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (!summaries[i]) break;  // not evaluated: the budget ran out before it
+        if (failure_class(summaries[i]->verdict) == target) {
+          current = batch[i];
+          result.minimal = current.value();
+          result.summary = *summaries[i];
+          result.path.push_back(result.minimal);
+          ++result.accepted;
+          accepted = true;
+          break;
+        }
+      }
+    }
+    if (progress) progress(result);
+    if (exhausted && !accepted) {
+      result.budget_exhausted = true;
+      break;
+    }
+    if (!accepted) break;  // no simpler candidate fails the same way: a local minimum
+  }
+  return result;
+}
+
+// ---- shrinks run ahead, at once ----
+
+namespace {
+
+// The evaluator's slots shared by shrinks that run at once, each in a thread
+// of its own: dispatch() streams their bursts to the evaluator, the lowest
+// rank's first, and a config that two of them ask for runs once.
+class SharedSlots {
+ public:
+  SharedSlots(Evaluator& inner, int shrinks) : inner_(inner), active_(shrinks) {}
+
+  // In the calling thread, until the last shrink has ended.
+  void dispatch() {
+    try {
+      inner_.stream(
+          [&](bool idle, bool* finished) -> std::optional<Evaluator::StreamJob> {
+            std::unique_lock<std::mutex> lock(mu_);
+            if (idle) cv_.wait(lock, [&] { return !queue_.empty() || active_ == 0; });
+            if (queue_.empty()) {
+              *finished = active_ == 0;
+              return std::nullopt;
+            }
+            const auto first = std::min_element(queue_.begin(), queue_.end(), [](const Request& a, const Request& b) {
+              return a.rank != b.rank ? a.rank < b.rank : a.id < b.id;
+            });
+            Request r = std::move(*first);
+            queue_.erase(first);
+            running_[r.id] = r.hash;
+            return Evaluator::StreamJob{r.id, std::move(r.config)};
+          },
+          [&](size_t id, const BurstSummary& summary) {
+            const std::lock_guard<std::mutex> lock(mu_);
+            done_[running_.at(id)] = summary;
+            running_.erase(id);
+            ++trained_;
+            cv_.notify_all();
+          });
+    } catch (const std::exception& e) {
+      const std::lock_guard<std::mutex> lock(mu_);
+      failed_ = e.what();
+      cv_.notify_all();
+      throw;
+    }
+  }
+
+  // A shrink's bursts: runs those no one ran or asked for yet, and waits for all.
+  std::vector<BurstSummary> run(int rank, const std::vector<TrainingConfig>& configs) {
+    std::vector<std::string> hashes;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (const TrainingConfig& c : configs) {
+      hashes.push_back(config_hash(c).hex());
+      const std::string& h = hashes.back();
+      const bool asked = done_.count(h) > 0 ||
+                         std::any_of(queue_.begin(), queue_.end(), [&](const Request& r) { return r.hash == h; }) ||
+                         std::any_of(running_.begin(), running_.end(), [&](const auto& r) { return r.second == h; });
+      if (!asked) queue_.push_back({rank, next_id_++, h, c});
+    }
+    cv_.notify_all();
+    cv_.wait(lock, [&] {
+      return !failed_.empty() || std::all_of(hashes.begin(), hashes.end(), [&](const std::string& h) { return done_.count(h) > 0; });
+    });
+    if (!failed_.empty()) throw std::runtime_error(failed_);
+    std::vector<BurstSummary> out;
+    for (const std::string& h : hashes) out.push_back(done_.at(h));
+    return out;
+  }
+
+  int64_t trained() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return trained_;
+  }
+  // A shrink ended (the last one lets dispatch() return).
+  void leave() {
+    const std::lock_guard<std::mutex> lock(mu_);
+    --active_;
+    cv_.notify_all();
+  }
+  // The slots each running shrink may fill: a window of that many (at least one).
+  int share() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return std::max(1, inner_.parallelism() / std::max(active_, 1));
+  }
+
+ private:
+  struct Request {
+    int rank;
+    size_t id;
+    std::string hash;
+    TrainingConfig config;
+  };
+  Evaluator& inner_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int active_;                              // shrinks not yet ended
+  size_t next_id_ = 0;
+  std::vector<Request> queue_;              // asked for, not started
+  std::map<size_t, std::string> running_;   // id -> config hash
+  std::map<std::string, BurstSummary> done_;  // by config hash
+  std::string failed_;                      // the evaluator threw this
+  int64_t trained_ = 0;
+};
+
+// One shrink's view of the shared slots.
+class SlotsEvaluator : public Evaluator {
+ public:
+  SlotsEvaluator(SharedSlots& slots, int rank) : slots_(slots), rank_(rank) {}
+  int parallelism() const override { return slots_.share(); }
+  void evaluate(const std::vector<TrainingConfig>& configs,
+                const std::function<void(size_t, const BurstSummary&)>& on_result,
+                const std::function<bool()>& = {}) override {
+    const std::vector<BurstSummary> results = slots_.run(rank_, configs);
+    for (size_t i = 0; i < results.size(); ++i) on_result(i, results[i]);
+  }
+
+ private:
+  SharedSlots& slots_;
+  int rank_;
+};
+
+}  // namespace
+
+int64_t shrink_ahead(const SearchSpace& space, const std::vector<std::pair<SpacePoint, BurstSummary>>& starts,
+                     Evaluator& evaluator, EvalCache& cache, const Budget& budget) {
+  SharedSlots slots(evaluator, int(starts.size()));
+  std::mutex passed_mu;
+  std::map<SpacePoint, size_t> passed;  // each point a shrink took -> the lowest rank that took it
+  std::vector<std::string> errors(starts.size());
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < starts.size(); ++k) {
+    threads.emplace_back([&, k] {
+      try {
+        SlotsEvaluator mine(slots, int(k));
+        // As in order, a shrink that takes a point one before it took stops there.
+        const auto reached = [&](const SpacePoint& p) {
+          const std::lock_guard<std::mutex> lock(passed_mu);
+          size_t& rank = passed.emplace(p, k).first->second;
+          rank = std::min(rank, k);
+          return rank < k;
+        };
+        shrink_passes(space, starts[k].first, starts[k].second, mine, cache, budget, {}, reached, true);
+      } catch (const std::exception& e) {
+        errors[k] = e.what();
+      }
+      slots.leave();
+    });
+  }
+  std::string failed;
+  try {
+    slots.dispatch();
+  } catch (const std::exception& e) {
+    failed = e.what();
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::string& e : errors) {
+    if (failed.empty()) failed = e;
+  }
+  if (!failed.empty()) throw std::runtime_error(failed);
+  return slots.trained();
 }
 
 }  // namespace spikehunt

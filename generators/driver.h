@@ -13,8 +13,10 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "generators/space.h"
@@ -33,6 +35,16 @@ class Evaluator {
   virtual void evaluate(const std::vector<TrainingConfig>& configs,
                         const std::function<void(size_t, const BurstSummary&)>& on_result,
                         const std::function<bool()>& stop = {}) = 0;
+  // Runs configs as they come, up to parallelism() at once: next(idle,
+  // &finished) is asked whenever a slot is free and gives a config and the
+  // id on_result gets it back with, or nothing for now (when `idle`, none
+  // runs, and it may block until it has one); *finished = true: no more
+  // come, and stream returns when the running ones have ended. This one
+  // runs rounds of up to parallelism() through evaluate(); ChildEvaluator
+  // starts each as a slot frees.
+  using StreamJob = std::pair<size_t, TrainingConfig>;
+  virtual void stream(const std::function<std::optional<StreamJob>(bool idle, bool* finished)>& next,
+                      const std::function<void(size_t, const BurstSummary&)>& on_result);
 };
 
 // Each burst is `spikehunt burst` run by a persistent worker of the pool (or,
@@ -46,6 +58,8 @@ class ChildEvaluator : public Evaluator {
   void evaluate(const std::vector<TrainingConfig>& configs,
                 const std::function<void(size_t, const BurstSummary&)>& on_result,
                 const std::function<bool()>& stop = {}) override;
+  void stream(const std::function<std::optional<StreamJob>(bool idle, bool* finished)>& next,
+              const std::function<void(size_t, const BurstSummary&)>& on_result) override;
   // More arguments for every child's `burst` command (e.g. {"--heldout", "256"}).
   void set_extra_args(std::vector<std::string> args) { extra_args_ = std::move(args); }
   const PoolStats& pool_stats() const { return pool_.stats(); }
@@ -84,12 +98,14 @@ class EvalCache {
   // Remembers and (with a store) commits one run: one transaction.
   void add(const std::string& kind, int64_t sample, const TrainingConfig& config, const BurstSummary& summary);
 
-  void hold(const std::string& config_hash, const BurstSummary& summary) { pending_[config_hash] = summary; }
-  bool holds(const std::string& config_hash) const { return pending_.count(config_hash) > 0; }
-  std::optional<BurstSummary> release(const std::string& config_hash);  // and forget it
-  int64_t held() const { return int64_t(pending_.size()); }             // trained, never asked for
+  void hold(const std::string& config_hash, const BurstSummary& summary);
+  bool holds(const std::string& config_hash) const;
+  std::optional<BurstSummary> peek(const std::string& config_hash) const;  // and keep holding it
+  std::optional<BurstSummary> release(const std::string& config_hash);     // and forget it
+  int64_t held() const;                                                    // trained, never asked for
 
  private:
+  mutable std::mutex mu_;  // shrinks run ahead in threads of their own (shrink_ahead)
   SweepStore* store_;
   std::map<std::string, BurstSummary> memory_;
   std::map<std::string, BurstSummary> pending_;
@@ -108,7 +124,7 @@ struct ShrinkResult {
   int64_t memo_hits = 0;
   int64_t implied = 0;          // candidates not run: at or below one seen not to fail this way
   int64_t accepted = 0;         // shrink steps taken
-  int64_t ran = 0;               // bursts this shrink trained: for itself (asked for or not) and `spare`
+  int64_t ran = 0;               // bursts this shrink trained (asked for by its decisions in order or not)
   bool budget_exhausted = false;
   std::vector<SpacePoint> path;  // every point taken, in order (the last is `minimal`)
   bool joined = false;           // stopped at a point `reached` said another shrink passed through
@@ -122,7 +138,7 @@ struct ShrinkResult {
 // a binary search for the smallest index (values are ordered by distance from
 // the simplest) that still fails — in later passes one step down first;
 // with more than one job, the binary search runs its next probe (both of
-// them with three) on the slots its one candidate leaves idle, then `spare`.
+// them with three) on the slots its one candidate leaves idle.
 // A result counts (memo, database, budget, evaluations) only when the
 // decisions in order ask for it (until then the cache holds it), so the
 // result, the bursts counted and where a budget runs out do not depend on
@@ -131,17 +147,30 @@ struct ShrinkResult {
 // down fails the same way (a local minimum). `reached` (optional) is asked
 // of every point taken: true (a point another failure's shrink passed
 // through) stops the shrink there, `joined`: from there on it is that one.
-// `spare` (optional): candidates of shrinks to come (first_resets() of their
-// starts), trained on slots this one leaves idle and held in the cache until
-// their own shrink asks for them.
 ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
                     Evaluator& evaluator, EvalCache& cache, const Budget& budget,
                     const std::function<void(const ShrinkResult&)>& progress = {},
-                    const std::function<bool(const SpacePoint&)>& reached = {},
-                    const std::vector<SpacePoint>& spare = {});
+                    const std::function<bool(const SpacePoint&)>& reached = {});
 
-// The first candidates a shrink from `start` tries: each dimension away from
-// its simplest value reset to it, the farthest first.
-std::vector<SpacePoint> first_resets(const SearchSpace& space, const SpacePoint& start);
+// The shrinker before shrink()'s passes, kept behind `sweep --shrinker tree`
+// to compare with: a greedy walk of RapidCheck's shrink tree (gen.h:
+// shrink_candidates), a window of parallelism() candidates at a time, every
+// burst counted. No binary search, no idle-slot rule, no stop at another
+// shrink's path.
+enum class ShrinkMethod { kPasses, kTree };
+ShrinkResult shrink_tree(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
+                         Evaluator& evaluator, EvalCache& cache, const Budget& budget,
+                         const std::function<void(const ShrinkResult&)>& progress = {});
+
+// The shrinks of several failures at once, before they run in order: one
+// thread each, sharing the evaluator's slots (the first one's bursts first,
+// each shrink filling its share of them: parallelism() over the shrinks still
+// running), a config two of them ask for trained once. Every burst is only
+// held in the cache, none counted; a shrink that takes a point an earlier one
+// took stops there. The shrinks in order then find their bursts trained and
+// decide as without this, so it changes how long they take, not what they
+// find. Returns the bursts it trained.
+int64_t shrink_ahead(const SearchSpace& space, const std::vector<std::pair<SpacePoint, BurstSummary>>& starts,
+                     Evaluator& evaluator, EvalCache& cache, const Budget& budget);
 
 }  // namespace spikehunt

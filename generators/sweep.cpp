@@ -3,12 +3,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <stdexcept>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -305,18 +308,29 @@ int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& stor
   // a later shrink that reaches one is that failure from there on.
   std::map<std::string, std::string> passed_by;
   std::map<std::string, std::string> minimal_of;  // a minimal config's JSON -> the first failure shrunk to it
+  struct ToRecord {
+    FailureRow row;
+    std::string failure_class;
+  };
+  std::vector<ToRecord> to_record;  // distinct minimal configs without a repro yet
   auto pass = [&](const TrainingConfig& c, const std::string& signature) {
     passed_by.emplace(config_hash(c).hex(), signature);
   };
-  // The first candidates of each shrink to come, for the idle slots of the ones before it.
-  std::vector<std::vector<SpacePoint>> first_candidates;
+  // With more than one slot, the shrinks run at once first (their bursts
+  // held), so that those in order below find them trained.
+  std::vector<std::pair<SpacePoint, BurstSummary>> to_shrink;
   for (size_t i = 0; i < ordered.size() && int64_t(i) < o.max_shrinks; ++i) {
     const std::optional<FailureRow> row = store.failure(ordered[i].signature);
     if (row && !row->minimal_config_json.empty()) continue;  // shrunk before this resume
-    first_candidates.push_back(first_resets(
-        o.space, o.space.point_of(config_from_json(json::parse(ordered[i].first.config_json), store.path()))));
+    to_shrink.emplace_back(o.space.point_of(config_from_json(json::parse(ordered[i].first.config_json), store.path())),
+                           ordered[i].first.summary);
   }
-  size_t shrinks_started = 0;
+  const bool passes = o.shrinker == ShrinkMethod::kPasses;
+  if (passes && children.parallelism() > 1 && to_shrink.size() > 1 && !budget.expired()) {
+    progress.note("shrinking " + std::to_string(to_shrink.size()) + " failures at once ...");
+    shrink_ahead(o.space, to_shrink, children, cache, budget);
+    progress.done();
+  }
   for (const FailureGroup& g : ordered) {
     FailureRow f = store.failure(g.signature).value_or(FailureRow{});
     f.signature = g.signature;
@@ -337,22 +351,18 @@ int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& stor
       const TrainingConfig start_config = config_from_json(json::parse(g.first.config_json), store.path());
       progress.note("shrinking " + g.signature + " ...");
       std::string joined;
-      std::vector<SpacePoint> spare;
-      for (size_t k = ++shrinks_started; k < first_candidates.size(); ++k) {
-        spare.insert(spare.end(), first_candidates[k].begin(), first_candidates[k].end());
-      }
-      const ShrinkResult r = shrink(
-          o.space, o.space.point_of(start_config), g.first.summary, children, cache, budget,
-          [&](const ShrinkResult& s) {
-            progress.note("shrinking " + g.signature + ": " + std::to_string(s.evaluations) + " bursts, " +
-                          std::to_string(s.accepted) + " steps");
-          },
-          [&](const SpacePoint& p) {
-            const auto it = passed_by.find(config_hash(o.space.config(p)).hex());
-            if (it != passed_by.end()) joined = it->second;
-            return it != passed_by.end();
-          },
-          spare);
+      const auto note = [&](const ShrinkResult& s) {
+        progress.note("shrinking " + g.signature + ": " + std::to_string(s.evaluations) + " bursts, " +
+                      std::to_string(s.accepted) + " steps");
+      };
+      const ShrinkResult r =
+          passes ? shrink(o.space, o.space.point_of(start_config), g.first.summary, children, cache, budget, note,
+                          [&](const SpacePoint& p) {
+                            const auto it = passed_by.find(config_hash(o.space.config(p)).hex());
+                            if (it != passed_by.end()) joined = it->second;
+                            return it != passed_by.end();
+                          })
+                 : shrink_tree(o.space, o.space.point_of(start_config), g.first.summary, children, cache, budget, note);
       progress.done();
       for (const SpacePoint& p : r.path) pass(o.space.config(p), g.signature);
       const std::optional<FailureRow> other = r.joined ? store.failure(joined) : std::nullopt;
@@ -371,14 +381,36 @@ int finish_sweep(const SweepOptions& o, const std::string& dir, SweepStore& stor
       continue;
     }
     if (f.repro_path.empty() || !fs::exists(f.repro_path)) {
-      const std::string path = dir + "/repros/" + file_safe(g.signature) + ".repro.json";
-      bool ok = false;
-      progress.note("recording and replaying the repro of " + g.signature + " ...");
-      f.replay = record_and_replay(binary, config_from_json(json::parse(f.minimal_config_json), store.path()), path,
-                                   failure_class(g.first.summary.verdict), o.timeout_seconds, dir + "/work", &ok);
-      progress.done();
-      f.repro_path = fs::exists(path) ? path : "";
-      store.put_failure(f);
+      to_record.push_back({f, failure_class(g.first.summary.verdict)});
+    }
+  }
+  // ---- repros: recorded and replayed, as many at once as there are slots ----
+  if (!to_record.empty()) {
+    progress.note("recording and replaying " + std::to_string(to_record.size()) + " repro(s) ...");
+    std::atomic<size_t> next{0};
+    std::vector<std::string> errors(to_record.size());
+    auto record = [&] {
+      for (size_t i; (i = next++) < to_record.size();) {
+        FailureRow& f = to_record[i].row;
+        const std::string path = dir + "/repros/" + file_safe(f.signature) + ".repro.json";
+        try {
+          bool ok = false;
+          f.replay = record_and_replay(binary, config_from_json(json::parse(f.minimal_config_json), store.path()), path,
+                                       to_record[i].failure_class, o.timeout_seconds, dir + "/work", &ok);
+          f.repro_path = fs::exists(path) ? path : "";
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int t = 1; t < std::min(children.parallelism(), int(to_record.size())); ++t) threads.emplace_back(record);
+    record();
+    for (std::thread& t : threads) t.join();
+    progress.done();
+    for (size_t i = 0; i < to_record.size(); ++i) {
+      if (!errors[i].empty()) throw std::runtime_error(errors[i]);
+      store.put_failure(to_record[i].row);
     }
   }
 

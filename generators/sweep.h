@@ -41,6 +41,7 @@ struct SweepOptions {
   std::string binary;               // the spikehunt executable ("": this one)
   bool progress = true;             // a progress bar on a terminal
   PoolOptions pool;                 // how bursts run (child.h): persistent workers by default
+  ShrinkMethod shrinker = ShrinkMethod::kPasses;  // kTree: the shrinker before passes, to compare with
   // Sharding (`sweep --shard I/N`): this process searches the samples i with
   // i mod shard_count = shard_index, into OUT/shard-I-of-N/sweep.db; the same
   // seed and space give the same configs whatever N is. `spikehunt merge`

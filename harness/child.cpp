@@ -174,9 +174,26 @@ ChildPool::~ChildPool() {
 void ChildPool::run(const std::vector<ChildSpec>& specs, int parallel,
                     const std::function<void(size_t, const ChildExit&)>& on_exit,
                     const std::function<bool()>& stop_starting) {
+  size_t next = 0;
+  run_stream(
+      [&](bool, bool* finished) -> std::optional<std::pair<size_t, ChildSpec>> {
+        if (stop_starting && next < specs.size() && stop_starting()) next = specs.size();
+        if (next == specs.size()) {
+          *finished = true;
+          return std::nullopt;
+        }
+        ++next;
+        return std::make_pair(next - 1, specs[next - 1]);
+      },
+      parallel, on_exit);
+}
+
+void ChildPool::run_stream(const std::function<std::optional<std::pair<size_t, ChildSpec>>(bool, bool*)>& next_job,
+                           int parallel, const std::function<void(size_t, const ChildExit&)>& on_exit) {
   parallel = std::max(parallel, 1);
   struct Running {
     size_t index = 0;
+    ChildSpec spec;
     Clock::time_point start;
     bool killed = false;  // by us, for the timeout
     pid_t pid = 0;        // a process of its own ...
@@ -196,10 +213,11 @@ void ChildPool::run(const std::vector<ChildSpec>& specs, int parallel,
     }
   } cleanup{running};
 
-  auto start = [&](size_t index) {
-    const ChildSpec& spec = specs[index];
+  auto start = [&](size_t index, ChildSpec job) {
     Running r;
     r.index = index;
+    r.spec = std::move(job);
+    const ChildSpec& spec = r.spec;
     r.start = Clock::now();
     std::string line;
     if (!options_.persistent || spec.argv.empty() || !job_line(spec, &line)) {
@@ -244,10 +262,18 @@ void ChildPool::run(const std::vector<ChildSpec>& specs, int parallel,
     running.push_back(std::move(r));
   };
 
-  size_t next = 0;
-  while (next < specs.size() || !running.empty()) {
-    if (stop_starting && next < specs.size() && stop_starting()) next = specs.size();
-    while (next < specs.size() && int(running.size()) < parallel) start(next++);
+  bool finished = false;
+  while (!finished || !running.empty()) {
+    while (!finished && int(running.size()) < parallel) {
+      // Nothing running: the caller may block until it has a job (or none will come).
+      std::optional<std::pair<size_t, ChildSpec>> job = next_job(running.empty(), &finished);
+      if (!job) break;
+      start(job->first, std::move(job->second));
+    }
+    if (running.empty()) {
+      if (!finished) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
     // Wait for an answer (or EOF) from a worker, 5 ms at most.
     std::vector<pollfd> fds;
     for (const Running& r : running) {
@@ -258,7 +284,7 @@ void ChildPool::run(const std::vector<ChildSpec>& specs, int parallel,
     for (size_t i = 0; i < running.size();) {
       Running& r = running[i];
       const double age = std::chrono::duration<double>(Clock::now() - r.start).count();
-      const double timeout = specs[r.index].timeout_seconds;
+      const double timeout = r.spec.timeout_seconds;
       const pid_t pid = r.worker ? r.worker->pid : r.pid;
       if (timeout > 0 && age > timeout && !r.killed) {
         ::kill(pid, SIGKILL);

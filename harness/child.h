@@ -10,7 +10,9 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace spikehunt {
@@ -85,6 +87,13 @@ class ChildPool {
   void run(const std::vector<ChildSpec>& specs, int parallel,
            const std::function<void(size_t, const ChildExit&)>& on_exit,
            const std::function<bool()>& stop_starting = {});
+  // The same, for jobs that come while others run: next_job(idle, &finished)
+  // is asked whenever a slot is free and returns the next job and the index
+  // on_exit gets for it, or nothing for now (when `idle`, nothing runs: it
+  // may block until it has one); *finished = true: no more will come, and
+  // run_stream returns when the running ones have ended.
+  void run_stream(const std::function<std::optional<std::pair<size_t, ChildSpec>>(bool idle, bool* finished)>& next_job,
+                  int parallel, const std::function<void(size_t, const ChildExit&)>& on_exit);
   const PoolStats& stats() const { return stats_; }
   const PoolOptions& options() const { return options_; }
 

@@ -2,6 +2,7 @@
 // config, no training, so the minimal failing boundary is known exactly.
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -9,61 +10,13 @@
 #include "generators/gen.h"
 #include "generators/sweep.h"
 #include "harness/results.h"
+#include "tests/planted.h"
 #include "test_util.h"
 
 namespace spikehunt {
 namespace {
 
 using json = nlohmann::json;
-
-SearchSpace planted_space() {
-  return SearchSpace::from_json(json::parse(R"({
-    "dimensions": {
-      "optimizer.lr": {"log_range": [0.01, 1.0]},
-      "optimizer.momentum": {"range": [0, 0.99], "step": 0.01},
-      "activation.kind": {"set": ["relu", "leaky_relu", "gelu", "tanh"]},
-      "protocol.task_order": {"permutations": true},
-      "seed": {"range": [0, 9]},
-      "max_batches_per_epoch": {"range": [5, 30]}
-    }})"),
-                                "planted");
-}
-
-BurstSummary verdict_of(Outcome outcome, Stage stage = Stage::kForward, const std::string& tensor = "fc1_act") {
-  BurstSummary s;
-  s.verdict.outcome = outcome;
-  if (outcome == Outcome::kNonFinite) s.verdict.fault = Fault{tensor, stage, 1, 0, 0, 10};
-  return s;
-}
-
-// Non-finite in the forward pass iff lr >= 0.3 and momentum >= 0.5; extreme
-// iff lr >= 0.12 (and not non-finite); healthy otherwise.
-BurstSummary planted(const TrainingConfig& c) {
-  if (c.optimizer.lr >= 0.3 && c.optimizer.momentum >= 0.5) return verdict_of(Outcome::kNonFinite);
-  if (c.optimizer.lr >= 0.12) return verdict_of(Outcome::kExtreme);
-  return verdict_of(Outcome::kHealthy);
-}
-
-// A start far from simplest: every dimension away from its simplest value.
-SpacePoint far_point(const SearchSpace& s, const std::function<bool(const TrainingConfig&)>& wanted);
-
-SpacePoint non_finite_start(const SearchSpace& s) {
-  return far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kNonFinite; });
-}
-
-SpacePoint far_point(const SearchSpace& s, const std::function<bool(const TrainingConfig&)>& wanted) {
-  for (uint64_t i = 0;; ++i) {
-    const SpacePoint p = sample_point(s, 11, i);
-    if (s.fields_differing(p) == int64_t(s.dimensions().size()) && wanted(s.config(p))) return p;
-  }
-}
-
-// Another far non-finite start, with another seed than `a`.
-SpacePoint other_non_finite_start(const SearchSpace& s, const SpacePoint& a) {
-  return far_point(s, [&](const TrainingConfig& c) {
-    return planted(c).verdict.outcome == Outcome::kNonFinite && s.config(a).seed != c.seed;
-  });
-}
 
 TEST(Driver, ShrinksAPlantedPropertyToItsKnownBoundary) {
   const SearchSpace s = planted_space();
@@ -230,6 +183,9 @@ class WindowedEvaluator : public FunctionEvaluator {
                 const std::function<void(size_t, const BurstSummary&)>& on_result,
                 const std::function<bool()>& stop = {}) override {
     rounds_ += !configs.empty();
+    // A round takes a little while, as bursts do: shrinks running ahead in
+    // threads of their own ask for their next configs meanwhile.
+    if (!configs.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     FunctionEvaluator::evaluate(configs, on_result, stop);
   }
   int64_t rounds() const { return rounds_; }  // waits for bursts, one after another
@@ -305,6 +261,105 @@ TEST(SweepFinish, ShrinksDoNotDependOnTheJobCountAndUseIdleSlotsForTheNext) {
   EXPECT_GE(calls[1], calls[0]) << "three slots train at least what one does";
   EXPECT_LT(rounds, rows[0][0].shrink_evaluations + rows[0][1].shrink_evaluations)
       << "fewer waits than bursts counted: the slots worked in parallel";
+}
+
+// Shrinks run ahead at once (shrink_ahead, three slots) leave the shrinks in
+// order nothing to train, and change none of their results, the bursts they
+// count or where a tight budget stops them.
+TEST(Driver, ShrinksRunAheadAtOnceChangeNothingTheShrinksInOrderFind) {
+  const SearchSpace s = planted_space();
+  const SpacePoint a = non_finite_start(s);
+  const SpacePoint b = other_non_finite_start(s, a);
+  const SpacePoint c = far_point(s, [](const TrainingConfig& t) { return planted(t).verdict.outcome == Outcome::kExtreme; });
+  const std::vector<std::pair<SpacePoint, BurstSummary>> starts = {
+      {a, planted(s.config(a))}, {b, planted(s.config(b))}, {c, planted(s.config(c))}};
+  for (const int64_t bursts : {int64_t(100), int64_t(9)}) {
+    Budget budget;
+    budget.evaluations = bursts;
+    // In order as a sweep does: a shrink that takes a point an earlier one took stops there.
+    auto in_order = [&](Evaluator& evaluator, EvalCache& cache) {
+      std::set<SpacePoint> passed;
+      std::vector<ShrinkResult> out;
+      for (const auto& [p, summary] : starts) {
+        out.push_back(shrink(s, p, summary, evaluator, cache, budget, {},
+                             [&](const SpacePoint& q) { return passed.count(q) > 0; }));
+        passed.insert(out.back().path.begin(), out.back().path.end());
+      }
+      return out;
+    };
+    EvalCache alone;
+    FunctionEvaluator one(planted);
+    const std::vector<ShrinkResult> expected = in_order(one, alone);
+    // Ahead at once on three slots, then in order.
+    EvalCache cache;
+    WindowedEvaluator three(planted);
+    const int64_t trained = shrink_ahead(s, starts, three, cache, budget);
+    EXPECT_EQ(trained, three.calls());
+    EXPECT_EQ(cache.held(), trained) << "run ahead, nothing counted";
+    FunctionEvaluator after(planted);
+    int64_t counted = 0;
+    const std::vector<ShrinkResult> got = in_order(after, cache);
+    for (size_t i = 0; i < starts.size(); ++i) {
+      const ShrinkResult& r = got[i];
+      EXPECT_EQ(r.minimal, expected[i].minimal) << "budget " << bursts << ", shrink " << i;
+      EXPECT_EQ(r.path, expected[i].path) << "budget " << bursts << ", shrink " << i;
+      EXPECT_EQ(r.evaluations, expected[i].evaluations) << "budget " << bursts << ", shrink " << i;
+      EXPECT_EQ(r.budget_exhausted, expected[i].budget_exhausted) << "budget " << bursts << ", shrink " << i;
+      counted += r.evaluations;
+    }
+    if (bursts == 100) {
+      EXPECT_EQ(after.calls(), 0) << "every burst the shrinks in order asked for was trained ahead";
+      EXPECT_EQ(trained, counted + cache.held()) << "what ran ahead and was not needed is still held";
+    }
+    EXPECT_LT(three.rounds(), counted) << "budget " << bursts << ": the shrinks shared the slots";
+  }
+}
+
+// An evaluator that fails part way fails shrink_ahead with its message, and
+// nothing is left waiting.
+TEST(Driver, ShrinksRunAheadStopWithTheEvaluatorsError) {
+  const SearchSpace s = planted_space();
+  const SpacePoint a = non_finite_start(s);
+  const SpacePoint b = other_non_finite_start(s, a);
+  int64_t calls = 0;
+  WindowedEvaluator failing([&](const TrainingConfig& c) {
+    if (++calls == 4) throw std::runtime_error("cannot start build/spikehunt: No such file or directory");
+    return planted(c);
+  });
+  EvalCache cache;
+  try {
+    shrink_ahead(s, {{a, planted(s.config(a))}, {b, planted(s.config(b))}}, failing, cache, Budget{});
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_TRUE(testing::has(e.what(), "cannot start build/spikehunt")) << e.what();
+  }
+}
+
+// The passes end equal or simpler than the shrinker they replaced (the greedy
+// walk of RapidCheck's shrink tree, sweep --shrinker tree), in at most half
+// its bursts.
+TEST(Driver, PassesEndEqualOrSimplerThanTheTreeInHalfTheBursts) {
+  const SearchSpace s = planted_space();
+  int64_t passes_bursts = 0, tree_bursts = 0;
+  for (uint64_t k = 0; k < 4; ++k) {
+    const SpacePoint start = far_point(s, [&](const TrainingConfig& c) {
+      return planted(c).verdict.outcome == (k % 2 ? Outcome::kExtreme : Outcome::kNonFinite) && c.seed == k + 3;
+    });
+    EvalCache c1, c2;
+    FunctionEvaluator e1(planted), e2(planted);
+    Budget budget;
+    budget.evaluations = 400;
+    const ShrinkResult passes = shrink(s, start, planted(s.config(start)), e1, c1, budget);
+    const ShrinkResult tree = shrink_tree(s, start, planted(s.config(start)), e2, c2, budget);
+    EXPECT_FALSE(tree.budget_exhausted);
+    EXPECT_EQ(failure_class(passes.summary.verdict), failure_class(tree.summary.verdict));
+    const int64_t pf = s.fields_differing(passes.minimal), tf = s.fields_differing(tree.minimal);
+    EXPECT_LE(pf, tf) << "start " << k;
+    if (pf == tf) EXPECT_LE(s.distance(passes.minimal), s.distance(tree.minimal)) << "start " << k;
+    passes_bursts += passes.evaluations;
+    tree_bursts += tree.evaluations;
+  }
+  EXPECT_LE(2 * passes_bursts, tree_bursts) << passes_bursts << " vs " << tree_bursts;
 }
 
 TEST(Driver, TheMemoAnswersRepeatedConfigs) {
