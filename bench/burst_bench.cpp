@@ -89,6 +89,7 @@ struct SweepRun {
   int64_t search = 0, shrink = 0;
   int64_t shrunk = 0;    // failures shrunk
   int64_t distinct = 0;  // after shrinking (those that shrank to another's minimal config are one)
+  int64_t reproduced = 0;  // of those, replays that reproduced
   double seconds = 0;
 };
 
@@ -109,6 +110,7 @@ SweepRun run_bench_sweep(SweepOptions o, const std::string& name, bool workers) 
   for (const FailureRow& f : store.failures()) {
     r.shrunk += !f.minimal_config_json.empty();
     r.distinct += f.replay.rfind(one_failure_with(""), 0) != 0;
+    r.reproduced += f.replay.rfind("reproduced", 0) == 0;
   }
   return r;
 }
@@ -119,6 +121,7 @@ void report(benchmark::State& state, const SweepRun& r) {
   state.counters["search_bursts"] = double(r.search);
   state.counters["shrink_bursts"] = double(r.shrink);
   state.counters["failures"] = double(r.distinct);
+  state.counters["reproduced"] = double(r.reproduced);
   if (r.shrunk > 0) state.counters["shrink_bursts_per_failure"] = double(r.shrink) / double(r.shrunk);
 }
 
@@ -150,7 +153,7 @@ void BM_DefaultSweep(benchmark::State& state) {
   const std::string name = path == 0 ? "default-sweep-tree" : "default-sweep";
   for (auto _ : state) report(state, run_bench_sweep(o, name, path == 2));
 }
-BENCHMARK(BM_DefaultSweep)->ArgsProduct({{2}, {0, 1, 2}})->ArgNames({"jobs", "path"})->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_DefaultSweep)->ArgsProduct({{1, 2}, {0, 1, 2}})->ArgNames({"jobs", "path"})->Unit(benchmark::kMillisecond)
     ->UseManualTime()->Iterations(1);
 
 // Shrink bursts per failure on the driver tests' planted properties

@@ -48,6 +48,13 @@ const Ratio kRatios[] = {
      "BM_DefaultSweep/jobs:2/path:0/iterations:1/manual_time",
      "default sweep, -j 2: today %.0f ms, the path before workers and passes (a process a burst, shrink tree) %.0f ms, "
      "today/before = %.3f\n"},
+    {"BM_DefaultSweep/jobs:1/path:2/iterations:1/manual_time",
+     "BM_DefaultSweep/jobs:1/path:0/iterations:1/manual_time",
+     "default sweep, -j 1: today %.0f ms, the path before workers and passes (a process a burst, shrink tree) %.0f ms, "
+     "today/before = %.3f\n"},
+    {"BM_DefaultSweep/jobs:1/path:2/iterations:1/manual_time",
+     "BM_DefaultSweep/jobs:1/path:1/iterations:1/manual_time",
+     "default sweep, -j 1: workers %.0f ms, a process a burst (today's shrinker) %.0f ms, workers/processes = %.3f\n"},
     {"BM_DefaultSweep/jobs:2/path:2/iterations:1/manual_time",
      "BM_DefaultSweep/jobs:2/path:1/iterations:1/manual_time",
      "default sweep, -j 2: workers %.0f ms, a process a burst (today's shrinker) %.0f ms, workers/processes = %.3f\n"},
