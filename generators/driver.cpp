@@ -1,14 +1,13 @@
 #include "generators/driver.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <map>
-#include <optional>
-#include <condition_variable>
 #include <filesystem>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 

@@ -187,6 +187,9 @@ TEST(CliConventions, FlagErrorsReadLikeConfigErrors) {
   r = run_spikehunt("sweep --runs 0");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(has(r.output, " sweep: --runs = 0 must be at least 1")) << r.output;
+  r = run_spikehunt("sweep --shrinker bisect");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.output, " sweep: --shrinker = bisect is not a shrinker\nhint: passes (the default) or tree")) << r.output;
 }
 
 TEST(CliConventions, EverySetProblemIsReportedAtOnce) {

@@ -1,5 +1,6 @@
 // Tests generators/driver.h on planted properties: pure functions of the
 // config, no training, so the minimal failing boundary is known exactly.
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -221,9 +222,9 @@ TEST(Driver, ResultDoesNotDependOnTheJobCount) {
 }
 
 // A sweep's shrinks with one job and with three: the same failures, minimal
-// configs and counted bursts; with three, the idle slots of the first shrink
-// train the second's first candidates, which it then finds held.
-TEST(SweepFinish, ShrinksDoNotDependOnTheJobCountAndUseIdleSlotsForTheNext) {
+// configs and counted bursts; with three, the shrinks first run at once
+// (shrink_ahead), sharing the slots, and then find their bursts held.
+TEST(SweepFinish, ShrinksDoNotDependOnTheJobCountAndRunAtOnceOnTheSlots) {
   const SearchSpace s = planted_space();
   const SpacePoint a = non_finite_start(s);
   const SpacePoint b = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kExtreme; });
@@ -360,6 +361,41 @@ TEST(Driver, PassesEndEqualOrSimplerThanTheTreeInHalfTheBursts) {
     tree_bursts += tree.evaluations;
   }
   EXPECT_LE(2 * passes_bursts, tree_bursts) << passes_bursts << " vs " << tree_bursts;
+}
+
+// `sweep --shrinker tree`: the same sweep shrunk by the tree walk, one
+// failure after another, for comparison: the same failures, the passes'
+// minimal configs as simple or simpler, in fewer bursts.
+TEST(SweepFinish, TheTreeShrinkerIsThePathBeforeToCompareWith) {
+  const SearchSpace s = planted_space();
+  const SpacePoint a = non_finite_start(s);
+  const SpacePoint b = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kExtreme; });
+  std::map<ShrinkMethod, std::vector<FailureRow>> rows;
+  for (const ShrinkMethod method : {ShrinkMethod::kPasses, ShrinkMethod::kTree}) {
+    testing::TempDir dir;
+    SweepStore store(dir.file("sweep.db"), s.to_json().dump(), 0);
+    EvalCache cache(&store);
+    cache.add("search", 0, s.config(a), planted(s.config(a)));
+    cache.add("search", 1, s.config(b), planted(s.config(b)));
+    SweepOptions o = two_run_sweep(s);
+    o.shrinker = method;
+    FunctionEvaluator one(planted);
+    std::ostringstream out;
+    finish_sweep(o, dir.path(), store, o.binary, one, cache, Budget{}, std::chrono::steady_clock::now(), 0, out);
+    rows[method] = store.failures();
+  }
+  const std::vector<FailureRow>& passes = rows[ShrinkMethod::kPasses];
+  const std::vector<FailureRow>& tree = rows[ShrinkMethod::kTree];
+  ASSERT_EQ(passes.size(), 2u);
+  ASSERT_EQ(tree.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(passes[i].signature, tree[i].signature);
+    const SpacePoint p = s.point_of(config_from_json(json::parse(passes[i].minimal_config_json), "passes"));
+    const SpacePoint t = s.point_of(config_from_json(json::parse(tree[i].minimal_config_json), "tree"));
+    EXPECT_LE(s.fields_differing(p), s.fields_differing(t)) << passes[i].signature;
+    if (s.fields_differing(p) == s.fields_differing(t)) EXPECT_LE(s.distance(p), s.distance(t)) << passes[i].signature;
+    EXPECT_LT(passes[i].shrink_evaluations, tree[i].shrink_evaluations) << passes[i].signature;
+  }
 }
 
 TEST(Driver, TheMemoAnswersRepeatedConfigs) {
