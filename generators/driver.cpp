@@ -218,13 +218,22 @@ class Shrinker {
     const size_t window = size_t(std::max(evaluator_.parallelism(), 1));
     for (size_t from = 0; from < candidates.size() && !done(); from += window) {
       const size_t to = std::min(candidates.size(), from + window);
+      // The window's configs and hashes, computed once for both loops below.
+      std::vector<TrainingConfig> configs;
+      std::vector<std::string> hashes;
+      for (size_t i = from; i < to; ++i) {
+        configs.push_back(space_.config(candidates[i]));
+        hashes.push_back(config_hash(configs.back()).hex());
+      }
+      auto known = [&](const std::string& hash) {
+        std::optional<BurstSummary> s = cache_.find(hash);
+        return s ? s : cache_.peek(hash);
+      };
       std::vector<TrainingConfig> to_run;
       std::vector<std::string> to_run_hash;
-      auto want = [&](const SpacePoint& p) {
-        if (to_run.size() >= window || implied_healthy(p)) return;
-        TrainingConfig c = space_.config(p);
-        std::string hash = config_hash(c).hex();
-        if (cache_.holds(hash) || std::count(to_run_hash.begin(), to_run_hash.end(), hash) || cache_.find(hash)) return;
+      // A config not known yet, trained when a slot and the budget allow.
+      auto want = [&](TrainingConfig c, std::string hash) {
+        if (to_run.size() >= window || std::count(to_run_hash.begin(), to_run_hash.end(), hash)) return;
         if (budget_.expired() || r_.evaluations + int64_t(to_run.size()) >= budget_.evaluations) return;
         to_run.push_back(std::move(c));
         to_run_hash.push_back(std::move(hash));
@@ -233,15 +242,20 @@ class Shrinker {
       // decides the window: nothing after it is needed.
       bool decided = false;
       for (size_t i = from; i < to && !decided; ++i) {
-        const std::string hash = config_hash(space_.config(candidates[i])).hex();
-        std::optional<BurstSummary> known = cache_.find(hash);
-        if (!known) known = cache_.peek(hash);
-        if (known) decided = !implied_healthy(candidates[i]) && failure_class(known->verdict) == target_;
-        else want(candidates[i]);
+        if (const std::optional<BurstSummary> k = known(hashes[i - from])) {
+          decided = !implied_healthy(candidates[i]) && failure_class(k->verdict) == target_;
+        } else if (!implied_healthy(candidates[i])) {
+          want(configs[i - from], hashes[i - from]);
+        }
       }
       // Idle slots go ahead only beside a burst that runs anyway (never to wait for them alone).
       if (!decided && !to_run.empty() && to == candidates.size()) {
-        for (const SpacePoint& a : ahead) want(a);
+        for (const SpacePoint& a : ahead) {
+          if (implied_healthy(a)) continue;
+          TrainingConfig c = space_.config(a);
+          std::string hash = config_hash(c).hex();
+          if (!known(hash)) want(std::move(c), std::move(hash));
+        }
       }
       evaluator_.evaluate(to_run, [&](size_t k, const BurstSummary& s) {
         cache_.hold(to_run_hash[k], s);
@@ -252,13 +266,12 @@ class Shrinker {
           ++r_.implied;
           continue;
         }
-        const TrainingConfig c = space_.config(candidates[i]);
-        const std::string hash = config_hash(c).hex();
+        const std::string& hash = hashes[i - from];
         std::optional<BurstSummary> summary = cache_.find(hash);
         if (summary) {
           ++r_.memo_hits;
         } else if (r_.evaluations < budget_.evaluations && (summary = ahead_ ? cache_.peek(hash) : cache_.release(hash))) {
-          if (!ahead_) cache_.add("shrink", -1, c, *summary);
+          if (!ahead_) cache_.add("shrink", -1, configs[i - from], *summary);
           ++r_.evaluations;
         } else {  // not run: the budget or the deadline ran out before it
           exhausted_ = true;
@@ -300,10 +313,6 @@ class Shrinker {
   std::vector<SpacePoint> rejected_; // candidates seen not to fail this way
 };
 
-}  // namespace
-
-namespace {
-
 // Where each dimension's digits start in a point, and how far a point is
 // from the simplest along a dimension (0: at its simplest).
 struct DimensionLayout {
@@ -334,10 +343,6 @@ struct DimensionLayout {
   const SearchSpace& space;
   std::vector<int64_t> first_digit;  // of each dimension
 };
-
-}  // namespace
-
-namespace {
 
 ShrinkResult shrink_passes(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
                            Evaluator& evaluator, EvalCache& cache, const Budget& budget,
