@@ -10,11 +10,12 @@
 #include <filesystem>
 #include <sstream>
 
-#include "generators/driver.h"
+#include "generators/shrink_ahead.h"
+#include "generators/shrinker.h"
 #include "generators/space.h"
+#include "generators/store.h"
 #include "generators/sweep.h"
 #include "harness/burst.h"
-#include "harness/store.h"
 #include "harness/repro.h"
 #include "scenarios/catalog.h"
 #include "tests/planted.h"

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "harness/hash.h"
+#include "base/hash.h"
 #include "harness/monitor.h"
 
 namespace spikehunt {

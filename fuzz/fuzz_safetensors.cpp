@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/error.h"
 #include "harness/safetensors.h"
-#include "scenarios/error.h"
 
 using namespace spikehunt;
 

@@ -26,8 +26,8 @@
 
 #include <random>
 
+#include "base/files.h"
 #include "harness/repro.h"
-#include "scenarios/files.h"
 #include "training_burst.h"
 
 using namespace spikehunt;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "scenarios/rng.h"
+#include "base/rng.h"
 
 namespace spikehunt {
 

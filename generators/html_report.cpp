@@ -12,15 +12,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/child.h"
+#include "base/error.h"
+#include "base/files.h"
+#include "base/number_format.h"
+#include "generators/rates.h"
 #include "generators/space.h"
-#include "generators/sweep.h"
-#include "harness/child.h"
+#include "generators/store.h"
 #include "harness/env.h"
 #include "harness/report.h"
 #include "harness/repro_file.h"
-#include "harness/store.h"
-#include "scenarios/error.h"
-#include "scenarios/files.h"
 
 namespace spikehunt {
 
@@ -259,8 +260,8 @@ ReportFacts write_lr_report(const std::string& dir, const std::string& out_path,
     facts.runs += int64_t(c.points.size());
     facts.failed += diverged;
     labels.push_back(c.variant.label);
-    h << "<tr><td>" << escape(c.variant.label) << "</td><td>" << lr_number(c.sensitivity) << "</td><td>"
-      << lr_number(c.best_loss) << "</td><td>" << lr_number(c.best_lr) << "</td><td>" << diverged << " of " << c.points.size()
+    h << "<tr><td>" << escape(c.variant.label) << "</td><td>" << significant(c.sensitivity, 3) << "</td><td>"
+      << significant(c.best_loss, 3) << "</td><td>" << significant(c.best_lr, 3) << "</td><td>" << diverged << " of " << c.points.size()
       << "</td></tr>\n";
   }
   h << "</table>\n<h2>Every run</h2>\n<table><tr><th>variant</th><th>peak lr</th><th>final loss</th>"
@@ -275,8 +276,8 @@ ReportFacts write_lr_report(const std::string& dir, const std::string& out_path,
         const RunMetrics& m = *p.summary.metrics;
         if (std::isfinite(m.final_loss)) value = m.final_loss;
         const Verdict& v = p.summary.verdict;
-        h << "<tr><td>" << escape(c.variant.label) << "</td><td>" << lr_number(p.lr) << "</td><td>" << lr_number(m.final_loss)
-          << "</td><td>" << lr_number(m.max_attention_logit) << "</td><td>" << lr_number(m.max_logit_z) << "</td><td>"
+        h << "<tr><td>" << escape(c.variant.label) << "</td><td>" << significant(p.lr, 3) << "</td><td>" << significant(m.final_loss, 3)
+          << "</td><td>" << significant(m.max_attention_logit, 3) << "</td><td>" << significant(m.max_logit_z, 3) << "</td><td>"
           << to_string(v.outcome) << (v.onset_step ? " at step " + std::to_string(*v.onset_step) : "")
           << (v.onset_rules.empty() ? "" : " (" + escape(v.onset_rules.front()) + ")") << (p.diverged() ? ", diverged" : "")
           << "</td></tr>\n";

@@ -8,13 +8,13 @@
 #include <limits>
 #include <map>
 
-#include "generators/driver.h"
-#include "harness/child.h"
-#include "harness/cli.h"
+#include "base/child.h"
+#include "base/error.h"
+#include "base/files.h"
+#include "base/number_format.h"
+#include "generators/shrinker.h"
 #include "harness/report.h"
 #include "harness/results.h"
-#include "scenarios/error.h"
-#include "scenarios/files.h"
 
 namespace spikehunt {
 
@@ -24,71 +24,6 @@ using nlohmann::json;
 const std::vector<double>& wortsman_lr_grid() {
   static const std::vector<double> grid = {3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1};
   return grid;
-}
-
-namespace {
-
-// Problems found through --set, to be reported as the --vary's own.
-std::vector<Problem> unfiled(std::vector<Problem> problems) {
-  for (Problem& p : problems) p.file.clear();
-  return problems;
-}
-
-// "a,b,,c" → {"a", "b", "", "c"}: the items between commas, empty ones kept.
-std::vector<std::string> comma_items(const std::string& text) {
-  std::vector<std::string> items;
-  for (size_t begin = 0; begin <= text.size();) {
-    const size_t comma = std::min(text.find(',', begin), text.size());
-    items.push_back(text.substr(begin, comma - begin));
-    begin = comma + 1;
-  }
-  return items;
-}
-
-}  // namespace
-
-std::string lr_number(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
-}
-
-std::vector<double> parse_lrs(const std::string& text) {
-  std::vector<double> lrs;
-  for (const std::string& item : comma_items(text)) {
-    char* end = nullptr;
-    const double x = std::strtod(item.c_str(), &end);
-    if (item.empty() || end == nullptr || *end != '\0' || !(x > 0) || !(x <= 10)) {
-      throw flag_error("lr-sensitivity", "--lrs", text, "holds \"" + item + "\", not a learning rate in (0, 10]",
-                       "e.g. --lrs 3e-4,1e-3,3e-3");
-    }
-    lrs.push_back(x);
-  }
-  return lrs;
-}
-
-LrVary parse_vary(const std::string& text) {
-  const size_t eq = text.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 >= text.size()) {
-    throw InputError("--vary", "", text, "is not FIELD=V1,V2,...", "e.g. --vary model.gpt.qk_layernorm=false,true");
-  }
-  LrVary v;
-  v.field = text.substr(0, eq);
-  for (const std::string& value : comma_items(text.substr(eq + 1))) {
-    if (value.empty()) throw InputError("--vary", v.field, text, "has an empty value", "separate values by single commas");
-    v.values.push_back(value);
-  }
-  for (const std::string& value : v.values) {  // each value must be one the field takes
-    json j = config_to_json(TrainingConfig{});
-    try {
-      apply_overrides(j, {v.field + "=" + value});
-    } catch (const InputError& e) {
-      throw InputError("--vary", unfiled(e.problems()));
-    }
-  }
-  return v;
 }
 
 std::vector<LrVariant> lr_variants(const std::vector<LrVary>& vary) {
@@ -236,8 +171,8 @@ int run_lr_sensitivity(const LrSensitivityOptions& o, std::ostream& out) {
     cache.add("lr", to_run_sample[k], to_run[k], s);
     const size_t sample = size_t(to_run_sample[k]);
     out << "  [" << ++done << "/" << configs.size() << "] " << variants[sample / o.lrs.size()].label << " lr "
-        << lr_number(o.lrs[sample % o.lrs.size()]) << ": " << to_string(s.verdict.outcome)
-        << (s.metrics ? ", final loss " + lr_number(s.metrics->final_loss) : std::string()) << "\n"
+        << significant(o.lrs[sample % o.lrs.size()], 3) << ": " << to_string(s.verdict.outcome)
+        << (s.metrics ? ", final loss " + significant(s.metrics->final_loss, 3) : std::string()) << "\n"
         << std::flush;
   });
   std::error_code ec;
@@ -254,8 +189,8 @@ int run_lr_sensitivity(const LrSensitivityOptions& o, std::ostream& out) {
     json points = json::array();
     for (const LrPoint& p : c.points) {
       const RunMetrics m = p.summary.metrics.value_or(RunMetrics{});
-      std::snprintf(line, sizeof line, "  %-9s %-10s %-10s %-13s %-11s %s\n", lr_number(p.lr).c_str(), lr_number(m.init_loss).c_str(),
-                    lr_number(m.final_loss).c_str(), lr_number(m.max_attention_logit).c_str(), lr_number(m.max_logit_z).c_str(),
+      std::snprintf(line, sizeof line, "  %-9s %-10s %-10s %-13s %-11s %s\n", significant(p.lr, 3).c_str(), significant(m.init_loss, 3).c_str(),
+                    significant(m.final_loss, 3).c_str(), significant(m.max_attention_logit, 3).c_str(), significant(m.max_logit_z, 3).c_str(),
                     verdict_word(p).c_str());
       out << line;
       points.push_back({{"lr", p.lr},
@@ -267,8 +202,8 @@ int run_lr_sensitivity(const LrSensitivityOptions& o, std::ostream& out) {
                         {"max_attention_logit", number(m.max_attention_logit)},
                         {"max_logit_z", number(m.max_logit_z)}});
     }
-    out << "  LR sensitivity " << lr_number(c.sensitivity) << " (best final loss " << lr_number(c.best_loss) << " at lr "
-        << lr_number(c.best_lr) << ")\n";
+    out << "  LR sensitivity " << significant(c.sensitivity, 3) << " (best final loss " << significant(c.best_loss, 3) << " at lr "
+        << significant(c.best_lr, 3) << ")\n";
     result["variants"].push_back({{"label", c.variant.label},
                                   {"sets", c.variant.sets},
                                   {"lr_sensitivity", number(c.sensitivity)},
@@ -283,8 +218,8 @@ int run_lr_sensitivity(const LrSensitivityOptions& o, std::ostream& out) {
   for (const LrCurve& c : curves) {
     int64_t diverged = 0;
     for (const LrPoint& p : c.points) diverged += p.diverged();
-    std::snprintf(line, sizeof line, "  %-52s %-15s %-10s %lld of %zu\n", c.variant.label.c_str(), lr_number(c.sensitivity).c_str(),
-                  lr_number(c.best_loss).c_str(), static_cast<long long>(diverged), c.points.size());
+    std::snprintf(line, sizeof line, "  %-52s %-15s %-10s %lld of %zu\n", c.variant.label.c_str(), significant(c.sensitivity, 3).c_str(),
+                  significant(c.best_loss, 3).c_str(), static_cast<long long>(diverged), c.points.size());
     out << line;
   }
   write_file_atomic(o.out_dir + "/lr_sensitivity.json", result.dump(2) + "\n");

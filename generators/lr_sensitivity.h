@@ -20,8 +20,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/child.h"
+#include "generators/store.h"
 #include "harness/record.h"
-#include "harness/store.h"
 #include "scenarios/config.h"
 
 namespace spikehunt {
@@ -33,13 +34,6 @@ struct LrVary {
   std::string field;                // a config field, e.g. "model.gpt.z_loss"
   std::vector<std::string> values;  // as --set values, e.g. {"0", "1e-4"}
 };
-// Parses "FIELD=V1,V2,..." (what --vary takes); an InputError names --vary.
-LrVary parse_vary(const std::string& text);
-// Parses "3e-4,1e-3,..." (what --lrs takes): each a learning rate in (0, 10];
-// anything else is an InputError naming --lrs.
-std::vector<double> parse_lrs(const std::string& text);
-// A number as the tables print it: 3 significant digits, "inf", "-inf", "nan".
-std::string lr_number(double v);
 
 struct LrVariant {
   std::string label;               // "model.gpt.qk_layernorm=true model.gpt.z_loss=1e-4" ("base" when nothing varies)

@@ -9,12 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "generators/driver.h"
+#include "base/child.h"
+#include "base/error.h"
+#include "generators/finish.h"
+#include "generators/shrinker.h"
+#include "generators/store.h"
 #include "generators/sweep.h"
-#include "harness/child.h"
 #include "harness/env.h"
-#include "harness/store.h"
-#include "scenarios/error.h"
 
 namespace spikehunt {
 
@@ -241,7 +242,7 @@ int run_merge(const MergeOptions& m, std::ostream& out) {
     budget.deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                   std::chrono::duration<double>(o.budget_seconds));
   }
-  return finish_sweep(o, m.out_dir, store, binary, children, cache, budget, start, 0, out);
+  return finish_sweep(FinishContext{o, m.out_dir, store, binary, children, cache, budget, start, 0}, out);
 }
 
 namespace {

@@ -6,7 +6,8 @@
 #include <cstdio>
 #include <set>
 
-#include "scenarios/files.h"
+#include "base/dotted_path.h"
+#include "base/files.h"
 
 namespace spikehunt {
 
@@ -22,34 +23,6 @@ double tidy(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.12g", v);
   return std::strtod(buf, nullptr);
-}
-
-std::vector<std::string> split_path(const std::string& path) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (true) {
-    const size_t dot = path.find('.', start);
-    parts.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
-    if (dot == std::string::npos) return parts;
-    start = dot + 1;
-  }
-}
-
-const json* find_path(const json& j, const std::string& path) {
-  const json* node = &j;
-  for (const std::string& part : split_path(path)) {
-    if (!node->is_object()) return nullptr;
-    auto it = node->find(part);
-    if (it == node->end()) return nullptr;
-    node = &*it;
-  }
-  return node;
-}
-
-void set_path(json& j, const std::string& path, const json& value) {
-  json* node = &j;
-  for (const std::string& part : split_path(path)) node = &(*node)[part];
-  *node = value;
 }
 
 // Deep merge: objects merge key by key, anything else replaces.
@@ -156,7 +129,7 @@ class SpaceParser {
   // Is `v` a value the field accepts (applied to the base config)?
   bool accepted(const Dimension& d, const json& v) {
     json j = base_;
-    set_path(j, d.field, v);
+    make_path(j, d.field) = v;
     try {
       const TrainingConfig c = config_from_json(j, file_);
       for (const Problem& p : validate(c)) {
@@ -401,9 +374,9 @@ json SearchSpace::config_json(const SpacePoint& p) const {
   for (const Dimension& d : dims_) {
     if (d.kind == "permutations") {
       const std::vector<int64_t> code(p.begin() + at, p.begin() + at + d.arity());
-      set_path(j, d.field, permutation_from_code(code, d.domains));
+      make_path(j, d.field) = permutation_from_code(code, d.domains);
     } else {
-      set_path(j, d.field, d.values.at(size_t(p.at(at))));
+      make_path(j, d.field) = d.values.at(size_t(p.at(at)));
     }
     at += size_t(d.arity());
   }

@@ -3,11 +3,11 @@
 #include <filesystem>
 #include <sstream>
 
-#include "generators/driver.h"
+#include "base/files.h"
 #include "generators/gen.h"
+#include "generators/shrinker.h"
 #include "harness/burst.h"
 #include "harness/repro.h"
-#include "scenarios/files.h"
 
 namespace spikehunt {
 

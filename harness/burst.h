@@ -3,9 +3,7 @@
 // (with the faulting tensor), or crashed (the training code threw: the stage
 // and, where spikehunt can tell, the cause). The burst stops at the first
 // non-finite step (or at the first extreme one when health.stop_at is
-// "extreme"). Trainer is the harness's side of the scenario contract
-// (scenario.h): zeroing, micro-batch accumulation, clipping, the learning-rate
-// schedule, and the optimizer step.
+// "extreme"). The steps themselves are the Trainer's (trainer.h).
 // Example:
 //   BurstResult r = run_config(config, BurstOptions{});
 //   if (r.verdict.outcome == Outcome::kNonFinite) std::cout << r.verdict.fault->describe();
@@ -18,6 +16,7 @@
 #include "harness/record.h"
 #include "harness/state.h"
 #include "harness/trace.h"
+#include "harness/trainer.h"
 #include "harness/training_error.h"
 #include "scenarios/config.h"
 #include "scenarios/scenario.h"
@@ -58,81 +57,6 @@ struct BurstResult {
   std::optional<StateSnapshot> last_healthy;  // entering the onset step
   std::optional<StateSnapshot> first_bad;     // after the failure step (or the onset step)
 };
-
-// Clips gradients to a global L2 norm like torch::nn::utils::clip_grad_norm_,
-// but without its host sync.
-void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
-
-// Dynamic loss scaling for fp16 (LibTorch's C++ API has no GradScaler):
-// the loss is multiplied by scale() before backward; unscale() divides every
-// gradient by it and says whether any was non-finite (one host sync); then
-// update(overflow) halves the scale after an overflow (the step is skipped)
-// and doubles it after growth_interval steps in a row without one.
-struct LossScaleOptions {
-  double init_scale = 65536.0;
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  int64_t growth_interval = 2000;
-};
-
-class LossScaler {
- public:
-  explicit LossScaler(LossScaleOptions options = {}) : o_(options), scale_(options.init_scale) {}
-  double scale() const { return scale_; }
-  int64_t good_steps() const { return good_; }
-  bool unscale(const std::vector<torch::Tensor>& params) const;
-  void update(bool overflow);
-
- private:
-  LossScaleOptions o_;
-  double scale_;
-  int64_t good_ = 0;  // steps since the last overflow or growth
-};
-
-// The harness's side of one optimizer step (the contract in scenario.h):
-// zero the model's gradients; for each of config().accumulation_steps
-// micro-batches forward, loss and (loss / k).backward(); clip to grad_clip();
-// set every group's learning rate from config().schedule; optimizer_step().
-// config().precision bf16 / fp16 runs forward and loss under autocast (the
-// weights stay fp32); fp16 also scales the loss (LossScaler), and a step whose
-// scaled gradients overflowed is skipped: its gradients are zeroed before the
-// monitor reads them, the optimizer does not step, the record says skipped.
-// What the scenario's code throws comes out as a TrainingError naming the stage.
-class Trainer {
- public:
-  // Remembers every optimizer group's learning rate as the schedule's base.
-  // `schedule` false: leave the learning rates as they are (doctor's overfit check).
-  explicit Trainer(Scenario& scenario, bool schedule = true);
-
-  int64_t accumulation() const { return k_; }
-  int64_t planned_steps() const;  // optimizer steps in the whole protocol
-  // The next optimizer step's micro-batches (fewer at the very end; none when done).
-  std::vector<Batch> next_batches();
-  // Moves the data on by n optimizer steps without training; returns the steps skipped.
-  int64_t skip_steps(int64_t n);
-  // Trains optimizer step `step` on `batches`. With a monitor, the caller
-  // brackets it with monitor->begin_step(step, batches) and finish_step().
-  // Returns the mean loss over the micro-batches.
-  torch::Tensor step(int64_t step, const std::vector<Batch>& batches, Monitor* monitor);
-  // Sets every group to its base learning rate × the schedule's factor at `step`.
-  void apply_schedule(int64_t step);
-  const ErrorContext& context() const { return context_; }
-  // Scales the loss from now on (fp16 turns it on by itself; tests plant
-  // overflows on the CPU with it).
-  void enable_loss_scaling(LossScaleOptions options = {}) { scaler_.emplace(options); }
-  const std::optional<LossScaler>& loss_scaler() const { return scaler_; }
-
- private:
-  Scenario& s_;
-  int64_t k_;
-  bool schedule_;
-  std::optional<LossScaler> scaler_;
-  std::vector<std::vector<double>> base_lr_;  // per optimizer, per group
-  ErrorContext context_;
-};
-
-// Optimizer steps the scenario's protocol takes: its batches over config().accumulation_steps, rounded up.
-int64_t planned_optimizer_steps(const Scenario& scenario);
 
 BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstOptions& options);
 

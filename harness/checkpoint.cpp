@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "scenarios/error.h"
+#include "base/error.h"
 
 namespace spikehunt {
 

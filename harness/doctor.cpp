@@ -8,10 +8,11 @@
 #include <optional>
 #include <set>
 
+#include "base/error.h"
+#include "base/number_format.h"
 #include "harness/burst.h"
 #include "harness/report.h"
 #include "harness/training_error.h"
-#include "scenarios/error.h"
 #include "scenarios/models.h"
 #include "scenarios/optimizers.h"
 
@@ -41,7 +42,7 @@ const VitalSign* DoctorReport::top() const {
 namespace {
 
 // How likely a failed sign is the root cause: lower first (VitalSign::rank).
-enum Rank {  // as README's table numbers them
+enum Rank {  // as docs/doctor.md's table numbers them
   kRankCodeError = 1,
   kRankBadInputValues = 2,
   kRankNanInput = 3,
@@ -64,12 +65,6 @@ constexpr double kDeadShare = 0.5;          // a layer is flagged when this shar
 constexpr double kSaturatedDerivative = 0.01;  // of the activation's largest derivative
 
 // ---- helpers ----
-
-std::string pct(double x) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%.0f%%", 100 * x);
-  return buf;
-}
 
 std::string list(const std::vector<std::string>& names, size_t max = 6) {
   std::string s;
@@ -684,7 +679,7 @@ VitalSign dead_units(const Watched& w) {
     const UnitProbe::Layer& any = first ? *first : *last;
     const double a = first ? first->share() : NAN, b = last ? last->share() : NAN;
     v.data[tap] = {{"kind", any.kind}, {"units", any.units}, {"dead_first", number(a)}, {"dead_last", number(b)}};
-    table += (table.empty() ? "" : ", ") + tap + " " + (first ? pct(a) : "n/a") + " -> " + (last ? pct(b) : "n/a") +
+    table += (table.empty() ? "" : ", ") + tap + " " + (first ? percent(a) : "n/a") + " -> " + (last ? percent(b) : "n/a") +
              " of " + std::to_string(any.units) + (any.kind == "rectifier" ? "" : " (" + any.kind + ")");
     const double share = std::max(first ? a : 0.0, last ? b : 0.0);
     if (share >= kDeadShare) {
@@ -692,10 +687,10 @@ VitalSign dead_units(const Watched& w) {
       if (share > worst_share) worst_share = share, worst = tap + " (" + any.kind + ")", worst_kind = any.kind;
     }
   }
-  v.evidence = "units dead on every held-out sample, start -> end: " + table + " (flagged at " + pct(kDeadShare) + ")";
+  v.evidence = "units dead on every held-out sample, start -> end: " + table + " (flagged at " + percent(kDeadShare) + ")";
   if (!v.named.empty()) {
     fail(v, kRankDeadUnits,
-         pct(worst_share) + " of the units of " + worst +
+         percent(worst_share) + " of the units of " + worst +
              (worst_kind == "rectifier" ? " are dead (never positive)" : " are saturated") + " on every held-out sample",
          "dead rectifiers: check the bias init (large negative values) or lower the learning rate, or use LeakyReLU; "
          "saturated sigmoid/tanh: scale the init down (Xavier) or normalize the pre-activations");
@@ -822,23 +817,23 @@ VitalSign prediction_collapse(const Watched& w, const Probe& p) {
       matrix += cell;
     }
   }
-  v.evidence = std::string(p.has_heldout ? "held-out" : "training-batch") + " accuracy " + pct(accuracy) + " over " +
+  v.evidence = std::string(p.has_heldout ? "held-out" : "training-batch") + " accuracy " + percent(accuracy) + " over " +
                std::to_string(n) + " samples; always predicting the majority class " + std::to_string(majority) +
-               " scores " + pct(baseline) + "; class " + std::to_string(top) + " gets " + pct(top_share) +
+               " scores " + percent(baseline) + "; class " + std::to_string(top) + " gets " + percent(top_share) +
                " of the predictions; the training labels are " +
-               (train_total ? pct(train_share) + " class " + std::to_string(train_major) : std::string("unknown")) +
+               (train_total ? percent(train_share) + " class " + std::to_string(train_major) : std::string("unknown")) +
                matrix;
   if (accuracy <= baseline + 0.02) {
     v.named = {"class " + std::to_string(top)};
     if (imbalanced) {
       fail(v, kRankCollapse,
-           "the predictions collapse to the training data's majority: " + pct(train_share) + " of its labels are class " +
+           "the predictions collapse to the training data's majority: " + percent(train_share) + " of its labels are class " +
                std::to_string(train_major),
            "the model learned the class frequencies, not the inputs: rebalance the data (resample) or weight the loss "
            "by inverse class frequency");
     } else {
       fail(v, kRankCollapse,
-           "the predictions are no better than chance on balanced data (" + pct(top_share) + " go to class " +
+           "the predictions are no better than chance on balanced data (" + percent(top_share) + " go to class " +
                std::to_string(top) + ")",
            "the model is not using its inputs: check that the inputs reach the model, the labels match the inputs, "
            "the learning rate, and dead or saturated layers");

@@ -13,8 +13,8 @@
 #include <torch/csrc/api/include/torch/version.h>
 
 
-#include "harness/record.h"
-#include "scenarios/error.h"
+#include "base/error.h"
+#include "base/json.h"
 
 namespace spikehunt {
 

@@ -12,9 +12,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-namespace spikehunt {
+#include "spikehunt/version.h"
 
-constexpr const char* kVersion = "0.1.0";
+namespace spikehunt {
 
 struct Environment {
   std::string spikehunt = kVersion;

@@ -11,11 +11,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/child.h"
+#include "base/error.h"
+#include "base/files.h"
+#include "base/number_format.h"
 #include "harness/burst.h"
-#include "harness/child.h"
+#include "harness/child_verdict.h"
 #include "scenarios/catalog.h"
-#include "scenarios/error.h"
-#include "scenarios/files.h"
 
 namespace spikehunt {
 
@@ -56,20 +58,13 @@ int rank(Outcome o) {
 }
 
 
-std::string number_text(double v) {
-  if (std::isnan(v)) return "nan";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
 // One line: what the run did.
 std::string describe(const GuardRun& r) {
   const Verdict& v = r.summary.verdict;
   std::string text = to_string(v.outcome);
   if (v.outcome == Outcome::kHealthy) {
     text += ", " + std::to_string(v.steps_run) + " steps";
-    if (!r.losses.empty()) text += ", final loss " + number_text(r.losses.back());
+    if (!r.losses.empty()) text += ", final loss " + significant(r.losses.back(), 6);
   } else {
     if (v.failure_step) text += " at step " + std::to_string(*v.failure_step);
     if (v.onset_step) text += std::string(v.failure_step ? " (onset step " : " from step ") + std::to_string(*v.onset_step) +
@@ -86,8 +81,8 @@ bool same_number(double a, double b) { return (std::isnan(a) && std::isnan(b)) |
 }  // namespace
 
 GuardSuite load_guard_suite(const std::string& path, const std::vector<std::string>& overrides) {
-  const json j = read_json_file(path, "see README.md, \"Regression guard\"");
-  if (!j.is_object()) throw InputError(path, "", "", "is not a JSON object", "see README.md, \"Regression guard\"");
+  const json j = read_json_file(path, "see docs/guard.md");
+  if (!j.is_object()) throw InputError(path, "", "", "is not a JSON object", "see docs/guard.md");
   check_keys(j, {"configs", "tolerances"}, path, "");
   GuardSuite suite;
   if (j.contains("tolerances")) {
@@ -348,8 +343,8 @@ std::vector<GuardFinding> guard_compare(const GuardRun& base, const GuardRun& no
   }
   if (outside > 0) {
     auto at = [&](size_t k) {
-      return "step " + std::to_string(k) + ": " + number_text(base.losses[k]) + " → " + number_text(now.losses[k]) +
-             " (tolerance ±" + number_text(t.loss_absolute + t.loss_relative * std::fabs(base.losses[k])) + ")";
+      return "step " + std::to_string(k) + ": " + significant(base.losses[k], 6) + " → " + significant(now.losses[k], 6) +
+             " (tolerance ±" + significant(t.loss_absolute + t.loss_relative * std::fabs(base.losses[k]), 6) + ")";
     };
     std::string text = "loss left its tolerance at " + std::to_string(outside) + " of " + std::to_string(m) +
                        " steps; first at " + at(first);
@@ -370,7 +365,7 @@ std::string loss_agreement(const GuardRun& base, const GuardRun& now) {
     identical = false;
     largest = std::max(largest, std::fabs(now.losses[k] - base.losses[k]));
   }
-  return identical ? "losses bit-identical" : "losses within tolerance (largest |Δ| " + number_text(largest) + ")";
+  return identical ? "losses bit-identical" : "losses within tolerance (largest |Δ| " + significant(largest, 6) + ")";
 }
 
 }  // namespace
@@ -407,8 +402,8 @@ int guard_check(const std::string& suite_path, const std::string& baseline_path,
       << " (recorded " << baseline.recorded << ")\n";
   const Environment here = environment(to_string(suite.cases.front().config.device), suite.cases.front().config.threads);
   for (const std::string& w : environment_warnings(baseline.environment, here, "baseline")) log << "warning: " << w << "\n";
-  log << "tolerances: loss ±(" << number_text(suite.tolerances.loss_absolute) << " + "
-      << number_text(suite.tolerances.loss_relative) << " × |loss|), onset " << suite.tolerances.onset_steps
+  log << "tolerances: loss ±(" << significant(suite.tolerances.loss_absolute, 6) << " + "
+      << significant(suite.tolerances.loss_relative, 6) << " × |loss|), onset " << suite.tolerances.onset_steps
       << " step(s) earlier\n";
   int64_t regressed = 0;
   const std::vector<GuardRun> runs = guard_runs(suite, options);

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/child.h"
+#include "base/child.h"
 #include "harness/env.h"
 #include "harness/record.h"
 #include "scenarios/config.h"

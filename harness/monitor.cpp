@@ -4,8 +4,8 @@
 #include <cmath>
 #include <map>
 
+#include "base/stats_kernels.h"
 #include "scenarios/optimizers.h"
-#include "scenarios/stats_kernels.h"
 
 namespace spikehunt {
 

@@ -8,7 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "scenarios/error.h"
+#include "base/error.h"
+#include "base/json.h"
+#include "base/number_format.h"
 
 namespace spikehunt {
 
@@ -61,27 +63,12 @@ std::optional<int64_t> Verdict::lead_time() const {
   return *failure_step - *onset_step;
 }
 
-json number(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
-
 json to_json(const Fault& f) {
   return {{"tensor", f.tensor}, {"stage", to_string(f.stage)}, {"nan", f.nan},
           {"pos_inf", f.pos_inf}, {"neg_inf", f.neg_inf},       {"numel", f.numel}};
 }
 
 namespace {
-
-// 3 significant digits, no exponent for ordinary magnitudes: 67.5, 0.0123, 4.2e+18.
-std::string short_number(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "Inf" : "-Inf";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
-}
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -90,15 +77,15 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }  // namespace
 
 std::string RuleHit::describe() const {
-  const std::string q = " (value " + short_number(quantity) + ")";
+  const std::string q = " (value " + significant_named(quantity, 3) + ")";
   if (rule == "non_finite") return rule;
   if (ends_with(rule, "_growth")) {
-    return rule + " ×" + short_number(value) + "/step ≥ ×" + short_number(threshold) + q;
+    return rule + " ×" + significant_named(value, 3) + "/step ≥ ×" + significant_named(threshold, 3) + q;
   }
-  if (ends_with(rule, "_spike")) return rule + " z " + short_number(value) + " > " + short_number(threshold) + q;
-  if (ends_with(rule, "_sigma")) return rule + " " + short_number(value) + "σ > " + short_number(threshold) + "σ" + q;
-  if (rule == "param_jump_limit") return rule + " " + short_number(value) + " > " + short_number(threshold);
-  return rule + " " + short_number(value) + " > " + short_number(threshold);
+  if (ends_with(rule, "_spike")) return rule + " z " + significant_named(value, 3) + " > " + significant_named(threshold, 3) + q;
+  if (ends_with(rule, "_sigma")) return rule + " " + significant_named(value, 3) + "σ > " + significant_named(threshold, 3) + "σ" + q;
+  if (rule == "param_jump_limit") return rule + " " + significant_named(value, 3) + " > " + significant_named(threshold, 3);
+  return rule + " " + significant_named(value, 3) + " > " + significant_named(threshold, 3);
 }
 
 std::string describe_movers(const std::vector<Mover>& movers, int64_t onset, size_t max_named) {
@@ -106,7 +93,7 @@ std::string describe_movers(const std::vector<Mover>& movers, int64_t onset, siz
   for (size_t i = 0; i < movers.size() && i < max_named; ++i) {
     const Mover& m = movers[i];
     const int64_t before = onset - m.since;
-    const std::string ratio = std::isinf(m.ratio) ? "non-finite" : short_number(m.ratio) + "×";
+    const std::string ratio = std::isinf(m.ratio) ? "non-finite" : significant_named(m.ratio, 3) + "×";
     const std::string ahead = std::to_string(before) + (before == 1 ? " step" : " steps") + " before the onset";
     if (i == 0) {
       s = m.tensor + " " + m.quantity + " " + (std::isinf(m.ratio) ? "non-finite" : ratio + " its trailing median") +
@@ -217,24 +204,6 @@ json to_json(const StepRecord& r) {
     j["groups"] = groups;
   }
   return j;
-}
-
-double number_from(const json& v) {
-  if (v.is_string()) {
-    const std::string s = v.get<std::string>();
-    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
-    if (s == "inf") return std::numeric_limits<double>::infinity();
-    if (s == "-inf") return -std::numeric_limits<double>::infinity();
-  }
-  return v.get<double>();
-}
-
-int64_t json_integer(const json& v, const std::string& field, const std::string& file) {
-  // get<int64_t>() of a float or of an unsigned past INT64_MAX is undefined (found by fuzz_repro).
-  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))) {
-    throw InputError(file, field, v.dump(-1, ' ', false, json::error_handler_t::replace), "is not an integer");
-  }
-  return v.get<int64_t>();
 }
 
 namespace {
@@ -367,16 +336,6 @@ Verdict verdict_from_json(const json& j, const std::string& file) {
   } catch (const json::exception& e) {
     throw InputError(file, "verdict", "", std::string("is malformed: ") + e.what());
   }
-}
-
-Verdict lost_child_verdict(const ChildExit& e, const std::string& log_path) {
-  Verdict v;
-  v.outcome = e.timed_out ? Outcome::kTimeout : Outcome::kCrashed;
-  std::string log = tail_of(log_path, 600);
-  while (!log.empty() && (log.back() == '\n' || log.back() == ' ')) log.pop_back();
-  v.message = e.describe() + (log.empty() ? "" : ": " + log);
-  v.wall_seconds = e.wall_seconds;
-  return v;
 }
 
 BurstSummary summary_of(Verdict verdict, std::vector<StepHashes> step_hashes) {

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/child.h"
+#include "base/hash.h"
+#include "base/json.h"
 #include "harness/env.h"
-#include "harness/hash.h"
 
 namespace spikehunt {
 
@@ -179,10 +179,6 @@ struct BurstSummary {
 };
 // A summary with `first` taken from the step hashes (empty: no step ran).
 BurstSummary summary_of(Verdict verdict, std::vector<StepHashes> step_hashes);
-// The verdict of a burst whose child (a process or a worker) ended without
-// writing its result: timeout, or crashed with how it ended and the end of
-// its log ("signal 11 (Segmentation fault): ...").
-Verdict lost_child_verdict(const ChildExit& e, const std::string& log_path);
 
 // "fc1.weight gradient 40× its trailing median, climbing since step 38 (2
 // steps before the onset), then fc1_act activation (12×, since step 39), ..."
@@ -196,7 +192,6 @@ nlohmann::json to_json(const StepRecord& r);
 nlohmann::json to_json(const Verdict& v);
 nlohmann::json to_json(const BurstSummary& s);
 // Strict readers; throw InputError naming `file` and the field.
-int64_t json_integer(const nlohmann::json& v, const std::string& field, const std::string& file);
 Verdict verdict_from_json(const nlohmann::json& j, const std::string& file);
 // A trace.jsonl line back into a StepRecord (every statistic the judge
 // reads; tap order is the line's). Throws InputError naming `file`.
@@ -211,10 +206,5 @@ std::string failure_class(const Verdict& v);
 // for an extreme burst, the first rule of its onset ("extreme:grad_norm_limit"):
 // what makes two failures distinct in a sweep.
 std::string fault_signature(const Verdict& v);
-// Number formatting shared by JSON writers: finite doubles as numbers,
-// non-finite as "nan" / "inf" / "-inf".
-nlohmann::json number(double v);
-// ... and back; anything else throws nlohmann::json::type_error.
-double number_from(const nlohmann::json& v);
 
 }  // namespace spikehunt

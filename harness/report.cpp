@@ -5,22 +5,6 @@
 
 namespace spikehunt {
 
-std::string fmt(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[32];
-  const double a = std::fabs(v);
-  if (a == 0 || (a >= 1e-3 && a < 1e4)) {
-    std::snprintf(buf, sizeof buf, "%.4g", v);
-    return buf;
-  }
-  const int e = static_cast<int>(std::floor(std::log10(a)));
-  double m = v / std::pow(10.0, e);
-  if (std::fabs(m) >= 9.995) m /= 10, std::snprintf(buf, sizeof buf, "%.2fe%d", m, e + 1);
-  else std::snprintf(buf, sizeof buf, "%.2fe%d", m, e);
-  return buf;
-}
-
 std::vector<const StepRecord*> story_rows(const Trace& trace, const Verdict& v, size_t context) {
   std::vector<const StepRecord*> rows;
   const auto& recent = trace.recent();

@@ -6,13 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "base/number_format.h"
 #include "harness/record.h"
 #include "harness/trace.h"
 
 namespace spikehunt {
-
-// Compact number: "3.03", "44.59", "1.48e3", "nan", "-inf".
-std::string fmt(double v);
 
 // The rows worth reading: a few steps before the onset, the onset, the steps
 // up to the failure (the middle elided when long: nullptr marks the gap), and

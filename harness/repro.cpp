@@ -4,11 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/files.h"
 #include "harness/checkpoint.h"
 #include "harness/report.h"
 #include "harness/results.h"
 #include "scenarios/catalog.h"
-#include "scenarios/files.h"
 
 namespace spikehunt {
 
@@ -193,7 +193,7 @@ std::string draft_regression_test(const Repro& repro, const std::string& repro_p
   if (v.fault) what = v.fault->describe();
   const int64_t at = v.failure_step ? *v.failure_step : v.onset_step.value_or(-1);
   return "// Drafted by spikehunt from " + name + ": " + what + " at step " + std::to_string(at) +
-         ".\n// Fails until the instability is fixed. Link with spikehunt::generators.\n"
+         ".\n// Fails until the instability is fixed. Link with spikehunt::spikehunt.\n"
          "#include <gtest/gtest.h>\n#include <spikehunt/spikehunt.h>\n\n"
          "TEST(TrainingStability, Repro" + id + ") {\n" + registration_code(repro) +
          "  const spikehunt::TrainingConfig config = spikehunt::default_config({\n" + list +

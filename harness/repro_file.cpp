@@ -2,8 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "scenarios/error.h"
-#include "scenarios/files.h"
+#include "base/error.h"
+#include "base/files.h"
 
 namespace spikehunt {
 

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "harness/hash.h"
+#include "base/hash.h"
 #include "scenarios/config.h"
 
 namespace spikehunt {

@@ -7,7 +7,7 @@
 #include <optional>
 #include <mutex>
 
-#include "scenarios/error.h"
+#include "base/error.h"
 #include "scenarios/optimizers.h"
 
 namespace spikehunt {

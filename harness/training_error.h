@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "scenarios/error.h"
+#include "base/error.h"
 
 namespace at {
 class Tensor;

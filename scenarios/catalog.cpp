@@ -9,72 +9,12 @@
 #include <mutex>
 #include <typeinfo>
 
+#include "base/rng.h"
 #include "scenarios/config.h"
 #include "scenarios/models.h"
 #include "scenarios/protocol.h"
-#include "scenarios/rng.h"
 
 namespace spikehunt {
-
-// ---- Scenario defaults ----
-
-torch::Tensor Scenario::loss(const torch::Tensor& outputs, const torch::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(outputs, targets);
-}
-
-int64_t Scenario::skip_batches(int64_t n) {
-  int64_t skipped = 0;
-  while (skipped < n && next_batch()) ++skipped;
-  return skipped;
-}
-
-namespace {
-
-// optimizer() and optimizers() default to each other: a scenario overrides one.
-struct Resolving {
-  explicit Resolving(bool& flag) : flag_(flag) {
-    if (flag_) throw std::logic_error("a Scenario must override optimizer() or optimizers()");
-    flag_ = true;
-  }
-  ~Resolving() { flag_ = false; }
-  bool& flag_;
-};
-
-}  // namespace
-
-torch::optim::Optimizer& Scenario::optimizer() {
-  Resolving guard(resolving_);
-  const std::vector<NamedOptimizer> all = optimizers();
-  if (all.empty() || all.front().optimizer == nullptr) throw std::logic_error("Scenario::optimizers() is empty");
-  return *all.front().optimizer;
-}
-
-std::vector<NamedOptimizer> Scenario::optimizers() {
-  Resolving guard(resolving_);
-  return {{"optimizer", &optimizer()}};
-}
-
-void Scenario::optimizer_step() {
-  for (const NamedOptimizer& o : optimizers()) o.optimizer->step();
-}
-
-std::vector<NamedTensor> Scenario::optimizer_state() {
-  const std::vector<NamedOptimizer> all = optimizers();
-  std::vector<NamedTensor> out;
-  for (const ParamSlot& p : parameter_slots(*this)) {
-    if (p.optimizer < 0) continue;
-    if (std::optional<ParamState> s = param_state(*all[size_t(p.optimizer)].optimizer, p.tensor)) {
-      for (NamedTensor& b : s->buffers) out.push_back({p.name + "." + b.name, std::move(b.tensor)});
-    }
-  }
-  return out;
-}
-
-std::vector<NamedTensor> named_parameters(torch::nn::Module& model) {
-  std::vector<NamedTensor> out;
-  for (const auto& item : model.named_parameters()) out.push_back({item.key(), item.value()});
-  return out;
-}
 
 // ---- devices ----
 
@@ -83,7 +23,7 @@ torch::Device resolve_device(DeviceKind kind) {
   if (!torch::cuda::is_available()) {
     throw InputError("config", "device", "\"cuda\"",
                      "is not available: this LibTorch has no CUDA or no GPU is visible",
-                     "use \"device\": \"cpu\", or build against a CUDA LibTorch (README: GPU)");
+                     "use \"device\": \"cpu\", or build against a CUDA LibTorch (docs/benchmarks.md, \"On a GPU\")");
   }
   return torch::Device(torch::kCUDA, 0);
 }
@@ -250,38 +190,6 @@ int64_t TextScenario::skip_batches(int64_t n) {
   return skipped;
 }
 
-namespace {
-
-struct Registered {
-  ScenarioMaker make;
-  std::string cls;  // the built scenario's C++ class, once known
-};
-
-std::map<std::string, Registered>& registry() {
-  static std::map<std::string, Registered> makers;
-  return makers;
-}
-
-std::string demangled(const char* name) {
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(name, nullptr, nullptr, &status), std::free);
-  return status == 0 && out ? std::string(out.get()) : std::string(name);
-}
-
-}  // namespace
-
-void register_scenario(const std::string& name, ScenarioMaker make, std::vector<ParamSpec> params) {
-  if (name == "standard" || name.empty()) throw std::invalid_argument("register_scenario: \"" + name + "\" is reserved");
-  registry()[name] = {std::move(make), ""};
-  add_scenario_name(name);
-  declare_params(name, std::move(params));
-}
-
-std::string scenario_class(const std::string& name) {
-  const auto it = registry().find(name);
-  return it == registry().end() ? "" : it->second.cls;
-}
-
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config,
                                         std::shared_ptr<const Dataset> dataset) {
   if (config.scenario == "standard" && config.dataset.kind == DatasetKind::kText) {
@@ -312,17 +220,27 @@ std::shared_ptr<const Dataset> shared_dataset(const DatasetConfig& config) {
   return dataset;
 }
 
+namespace {
+
+std::string demangled(const char* name) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(name, nullptr, nullptr, &status), std::free);
+  return status == 0 && out ? std::string(out.get()) : std::string(name);
+}
+
+}  // namespace
+
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config) {
   if (config.scenario == "standard") return make_scenario(config, shared_dataset(config.dataset));
-  auto it = registry().find(config.scenario);
-  if (it == registry().end()) {
+  const ScenarioMaker make = scenario_maker(config.scenario);
+  if (!make) {
     throw InputError("config", "scenario", "\"" + config.scenario + "\"", "is not registered in this program",
                      "register it with spikehunt::register_scenario() before running");
   }
-  std::unique_ptr<Scenario> s = it->second.make(config);
+  std::unique_ptr<Scenario> s = make(config);
   if (!s) throw std::logic_error("the maker of scenario \"" + config.scenario + "\" returned no scenario");
   s->bind_config(config);
-  it->second.cls = demangled(typeid(*s).name());
+  set_scenario_class(config.scenario, demangled(typeid(*s).name()));
   return s;
 }
 

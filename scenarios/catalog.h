@@ -14,6 +14,7 @@
 #include "scenarios/models.h"
 #include "scenarios/optimizers.h"
 #include "scenarios/protocol.h"
+#include "scenarios/registry.h"
 #include "scenarios/scenario.h"
 
 namespace spikehunt {
@@ -83,18 +84,6 @@ class TextScenario : public Scenario {
   int64_t order_epoch_ = -1;          // the epoch order_ is for
   std::vector<int64_t> order_;        // window indices in this epoch's order
 };
-
-// A scenario of your own, by name: configs with "scenario": NAME build it
-// (run, sweep, shrink, doctor and guard then train your code). `params`
-// declares its knobs (config "params"): an unknown name, a wrong type or a
-// value out of range is then an InputError when a config is parsed, their
-// defaults are filled in (--print-config shows them), and a space sweeps
-// them as "params.NAME".
-using ScenarioMaker = std::function<std::unique_ptr<Scenario>(const TrainingConfig&)>;
-void register_scenario(const std::string& name, ScenarioMaker make, std::vector<ParamSpec> params = {});
-// The C++ class of a registered scenario, once one was built in this process
-// ("SpiralsScenario"; "" before): draft regression tests register it by it.
-std::string scenario_class(const std::string& name);
 
 // Builds config.scenario: the standard one (with shared_dataset(config.dataset))
 // or a registered one.

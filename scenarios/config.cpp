@@ -9,7 +9,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "scenarios/files.h"
+#include "base/did_you_mean.h"
+#include "base/dotted_path.h"
+#include "base/files.h"
+#include "base/number_format.h"
+#include "scenarios/registry.h"
 
 namespace spikehunt {
 
@@ -94,57 +98,13 @@ const char* to_string(ParamType t) {
   return "?";
 }
 
-namespace {
-
-std::vector<std::string>& mutable_scenario_names() {
-  static std::vector<std::string> names = {"standard"};
-  return names;
-}
-
-}  // namespace
-
-const std::vector<std::string>& scenario_names() { return mutable_scenario_names(); }
-
-void add_scenario_name(const std::string& name) {
-  auto& names = mutable_scenario_names();
-  if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-}
-
-const std::vector<std::string>& model_kinds() {
-  static const std::vector<std::string> kinds = {"simple_cnn", "mlp", "gpt"};
-  return kinds;
-}
-
 // ---- params ----
 
 namespace {
 
-std::map<std::string, std::vector<ParamSpec>>& param_registry() {
-  static std::map<std::string, std::vector<ParamSpec>> specs;
-  return specs;
-}
-
 const char* kParamsFile = "config";
 
 }  // namespace
-
-void declare_params(const std::string& scenario, std::vector<ParamSpec> specs) {
-  std::set<std::string> seen;
-  for (const ParamSpec& s : specs) {
-    if (s.name.empty() || s.name.find('.') != std::string::npos || !seen.insert(s.name).second) {
-      throw std::invalid_argument("declare_params(\"" + scenario + "\"): parameter name \"" + s.name +
-                                  "\" is empty, has a dot or is declared twice");
-    }
-  }
-  if (specs.empty()) param_registry().erase(scenario);  // undeclared: any params, as they are
-  else param_registry()[scenario] = std::move(specs);
-}
-
-const std::vector<ParamSpec>* declared_params(const std::string& scenario) {
-  const auto& r = param_registry();
-  const auto it = r.find(scenario);
-  return it == r.end() ? nullptr : &it->second;
-}
 
 const json& Params::at(const std::string& name) const {
   const auto it = values_.find(name);
@@ -242,23 +202,7 @@ std::string show(const json& v) {
   return s;
 }
 
-std::string num(double v) {
-  if (!std::isfinite(v)) return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
-  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
-  return json(v).dump();  // shortest text that reads back as the same double
-}
-
 std::string list_text(const std::vector<int64_t>& v) { return json(v).dump(); }
-
-std::vector<std::string> split_path(const std::string& path) {
-  std::vector<std::string> parts;
-  for (size_t start = 0;;) {
-    const size_t dot = path.find('.', start);
-    parts.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
-    if (dot == std::string::npos) return parts;
-    start = dot + 1;
-  }
-}
 
 // A closed, open or half-open interval of numbers, written as in the messages: "(0, 10]".
 struct Range {
@@ -268,7 +212,7 @@ struct Range {
     return std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
   }
   std::string text() const {
-    return std::string(lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + (hi_open ? ")" : "]");
+    return std::string(lo_open ? "(" : "[") + shortest(lo) + ", " + shortest(hi) + (hi_open ? ")" : "]");
   }
 };
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -289,7 +233,7 @@ struct Hint {
 };
 
 std::string lr_hint(double lr) {
-  return lr < 0 ? "learning rates are positive; did you mean " + num(-lr) + "?"
+  return lr < 0 ? "learning rates are positive; did you mean " + shortest(-lr) + "?"
                 : "learning rates are positive and at most 10";
 }
 
@@ -379,12 +323,6 @@ void each_field(Config& c, V& v) {
   v.integer("threads", c.threads, 1, 1024);
 }
 
-json* make_path(json& j, const std::string& path) {
-  json* node = &j;
-  for (const std::string& part : split_path(path)) node = &(*node)[part];
-  return node;
-}
-
 // ---- JSON out ----
 
 class Writer {
@@ -404,7 +342,7 @@ class Writer {
   void params(const char* path, const Params& p) { put(path, p.values()); }
 
  private:
-  void put(const char* path, json v) { *make_path(out, path) = std::move(v); }
+  void put(const char* path, json v) { make_path(out, path) = std::move(v); }
 };
 
 }  // namespace
@@ -418,21 +356,6 @@ json config_to_json(const TrainingConfig& c) {
 // ---- JSON in ----
 
 namespace {
-
-// The candidate a typo most likely meant: one containing the word, else the
-// nearest within a third of the word's length in edits; "" when none is close.
-std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
-  for (const std::string& c : candidates) {
-    if (word.size() >= 3 && c.find(word) != std::string::npos) return c;
-  }
-  std::string best;
-  size_t best_d = std::max<size_t>(1, word.size() / 3) + 1;
-  for (const std::string& c : candidates) {
-    const size_t d = edit_distance(word, c);
-    if (d < best_d) best_d = d, best = c;
-  }
-  return best;
-}
 
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
   const std::string near = closest(word, candidates);
@@ -686,7 +609,7 @@ void check_params(const TrainingConfig& c, std::vector<Problem>* problems) {
       const Range r = closed(spec->min.value_or(-kInf), spec->max.value_or(kInf));
       const double v = it->get<double>();
       if (!(v >= r.lo && v <= r.hi) || !std::isfinite(v)) {
-        problems->push_back({field, num(v), "is not in " + r.text(), spec->doc});
+        problems->push_back({field, shortest(v), "is not in " + r.text(), spec->doc});
       }
     }
     if (spec->type == ParamType::kString && !spec->choices.empty() &&
@@ -730,7 +653,7 @@ class Checker {
   }
   void unsigned_integer(const char*, uint64_t) {}
   void number(const char* path, double v, Range r, Hint hint = {}) {
-    if (!r.contains(v)) fail(path, num(v), "is not in " + r.text(), hint(v));
+    if (!r.contains(v)) fail(path, shortest(v), "is not in " + r.text(), hint(v));
   }
   void flag(const char*, bool) {}
   template <class E, size_t N>
@@ -812,7 +735,7 @@ std::vector<Problem> validate(const TrainingConfig& c) {
     k.fail("dataset.path", "\"\"", "is empty", "give a directory with train-images-idx3-ubyte(.gz) files");
   }
   if (c.optimizer.lr > 0 && c.schedule.min_lr > c.optimizer.lr && std::isfinite(c.schedule.min_lr)) {
-    k.fail("schedule.min_lr", num(c.schedule.min_lr), "is above optimizer.lr = " + num(c.optimizer.lr),
+    k.fail("schedule.min_lr", shortest(c.schedule.min_lr), "is above optimizer.lr = " + shortest(c.optimizer.lr),
            "the decay ends at min_lr: give a value at most the learning rate, e.g. 0");
   }
   const bool text = c.dataset.kind == DatasetKind::kText;
@@ -981,7 +904,7 @@ TrainingConfig default_config(const std::vector<std::string>& overrides) {
   // The motivating case's CNN and optimizer on the synthetic data, in short
   // bursts (40 batches an epoch), at a learning rate where every seed tried
   // diverges: seed 4 goes extreme 5 steps after the domain switch and
-  // non-finite 5 steps later (README: "the default run").
+  // non-finite 5 steps later (README: the tour's first run).
   TrainingConfig c;
   c.name = "default";
   c.optimizer.lr = 0.15;
@@ -998,23 +921,17 @@ void save_config(const TrainingConfig& c, const std::string& path) {
 
 namespace {
 
-std::string g(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 }  // namespace
 
 std::string describe_optimizer(const OptimizerConfig& o) {
-  std::string s = std::string(to_string(o.kind)) + " lr=" + g(o.lr);
+  std::string s = std::string(to_string(o.kind)) + " lr=" + significant(o.lr, 6);
   if (o.kind == OptimizerKind::kSgd) {
-    s += " momentum=" + g(o.momentum);
+    s += " momentum=" + significant(o.momentum, 6);
     if (o.nesterov) s += " nesterov";
   } else {
-    s += " betas=(" + g(o.betas[0]) + "," + g(o.betas[1]) + ") eps=" + g(o.eps);
+    s += " betas=(" + significant(o.betas[0], 6) + "," + significant(o.betas[1], 6) + ") eps=" + significant(o.eps, 6);
   }
-  if (o.weight_decay > 0) s += " weight_decay=" + g(o.weight_decay) + (o.independent_weight_decay ? " (independent)" : "");
+  if (o.weight_decay > 0) s += " weight_decay=" + significant(o.weight_decay, 6) + (o.independent_weight_decay ? " (independent)" : "");
   return s;
 }
 
@@ -1026,13 +943,13 @@ std::string describe_gpt(const GptConfig& m) {
   std::string s = "width " + std::to_string(m.width) + ", " + std::to_string(m.layers) + " layers, " +
                   std::to_string(m.heads) + " heads, context " + std::to_string(m.context);
   if (m.qk_layernorm) s += ", qk-layernorm";
-  if (m.z_loss > 0) s += ", z-loss " + g(m.z_loss);
+  if (m.z_loss > 0) s += ", z-loss " + significant(m.z_loss, 6);
   if (m.tied_embeddings) s += ", tied embeddings";
   return s;
 }
 
 std::string describe_activation(const ActivationConfig& a) {
-  if (a.kind == ActivationKind::kLeakyRelu) return "leaky_relu(" + g(a.slope) + ")";
+  if (a.kind == ActivationKind::kLeakyRelu) return "leaky_relu(" + significant(a.slope, 6) + ")";
   return to_string(a.kind);
 }
 
@@ -1042,8 +959,8 @@ std::string describe_schedule(const ScheduleConfig& s) {
   if (s.warmup_steps > 0) out = "warm-up " + std::to_string(s.warmup_steps) + " steps";
   if (s.kind != ScheduleKind::kConstant) {
     out += (out.empty() ? "" : ", then ") + std::string(to_string(s.kind));
-    if (s.kind == ScheduleKind::kStep) out += " x" + g(s.gamma) + " every " + std::to_string(s.step_size);
-    else out += " to " + g(s.min_lr) + (s.decay_steps > 0 ? " at step " + std::to_string(s.decay_steps) : "");
+    if (s.kind == ScheduleKind::kStep) out += " x" + significant(s.gamma, 6) + " every " + std::to_string(s.step_size);
+    else out += " to " + significant(s.min_lr, 6) + (s.decay_steps > 0 ? " at step " + std::to_string(s.decay_steps) : "");
   }
   return out;
 }

@@ -7,9 +7,9 @@
 #include <cstring>
 #include <sys/stat.h>
 
-#include "scenarios/error.h"
-#include "scenarios/files.h"
-#include "scenarios/rng.h"
+#include "base/error.h"
+#include "base/files.h"
+#include "base/rng.h"
 
 namespace spikehunt {
 

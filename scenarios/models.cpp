@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "scenarios/stats_kernels.h"
+#include "base/stats_kernels.h"
 
 namespace spikehunt {
 
@@ -197,13 +197,28 @@ torch::Tensor gpt_loss(const torch::Tensor& logits, const torch::Tensor& targets
 
 // ---- factory ----
 
+namespace {
+
+using ModelMaker = std::shared_ptr<TappedModel> (*)(const TrainingConfig&);
+
+// One maker a built-in model, in model_kinds()'s order (registry.h names them).
+const ModelMaker kModelMakers[] = {
+    [](const TrainingConfig& c) -> std::shared_ptr<TappedModel> { return std::make_shared<SimpleCnn>(c.activation); },
+    [](const TrainingConfig& c) -> std::shared_ptr<TappedModel> {
+      return std::make_shared<Mlp>(c.activation, c.model.mlp_depth, c.model.mlp_width);
+    },
+    [](const TrainingConfig& c) -> std::shared_ptr<TappedModel> { return std::make_shared<Gpt>(c.model.gpt); },
+};
+
+}  // namespace
+
 std::shared_ptr<TappedModel> make_model(const TrainingConfig& config) {
+  const std::vector<std::string>& kinds = model_kinds();
+  if (kinds.size() != std::size(kModelMakers)) throw std::logic_error("model_kinds() and the model makers differ in number");
   torch::manual_seed(config.seed);
-  if (config.model.kind == "mlp") {
-    return std::make_shared<Mlp>(config.activation, config.model.mlp_depth, config.model.mlp_width);
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    if (kinds[i] == config.model.kind) return kModelMakers[i](config);
   }
-  if (config.model.kind == "simple_cnn") return std::make_shared<SimpleCnn>(config.activation);
-  if (config.model.kind == "gpt") return std::make_shared<Gpt>(config.model.gpt);
   throw InputError("config", "model.kind", config.model.kind, "is not a built-in model");
 }
 

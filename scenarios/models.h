@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "scenarios/config.h"
+#include "scenarios/registry.h"
 #include "scenarios/scenario.h"
 
 namespace spikehunt {

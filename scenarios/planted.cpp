@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "scenarios/files.h"
+#include "base/files.h"
 
 namespace spikehunt {
 

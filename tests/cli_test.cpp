@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "base/files.h"
 #include "harness/checkpoint.h"
-#include "scenarios/files.h"
 #include "test_util.h"
 
 namespace spikehunt {
@@ -232,9 +232,9 @@ TEST(CliConventions, APrintedReplayCommandPastesBackAndReproduces) {
   EXPECT_TRUE(has(replayed, "reproduced: non_finite")) << replayed;
 }
 
-// README's verb table lists every flag of every verb, and nothing else.
-TEST(CliConventions, TheReadmesVerbTableMatchesEveryVerbsHelp) {
-  std::ifstream in(testing::source_path("README.md"));
+// The reference's verb table (docs/cli.md) lists every flag of every verb, and nothing else.
+TEST(CliConventions, TheReferencesVerbTableMatchesEveryVerbsHelp) {
+  std::ifstream in(testing::source_path("docs/cli.md"));
   std::map<std::string, std::set<std::string>> table;
   bool inside = false;
   for (std::string line; std::getline(in, line);) {
@@ -264,7 +264,7 @@ TEST(CliConventions, TheReadmesVerbTableMatchesEveryVerbsHelp) {
     accepted.erase("-h");
     accepted.erase("--help");
     accepted.erase("--shrink-budget");  // the old name, said beside the new one
-    EXPECT_EQ(flags, accepted) << "README's table and `spikehunt " << verb << " --help` differ";
+    EXPECT_EQ(flags, accepted) << "docs/cli.md's table and `spikehunt " << verb << " --help` differ";
   }
 }
 

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "base/did_you_mean.h"
+#include "base/files.h"
 #include "scenarios/config.h"
-#include "scenarios/files.h"
 #include "scenarios/lr_schedule.h"
+#include "scenarios/registry.h"
 #include "test_util.h"
 
 namespace spikehunt {

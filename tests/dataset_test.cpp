@@ -1,4 +1,4 @@
-// Tests scenarios/dataset.h (idx reader, synthetic data), scenarios/rng.h and
+// Tests scenarios/dataset.h (idx reader, synthetic data), base/rng.h and
 // scenarios/protocol.h.
 #include <zlib.h>
 
@@ -8,10 +8,10 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/hash.h"
+#include "base/hash.h"
+#include "base/rng.h"
 #include "scenarios/dataset.h"
 #include "scenarios/protocol.h"
-#include "scenarios/rng.h"
 #include "test_util.h"
 
 namespace spikehunt {

@@ -1,4 +1,4 @@
-// Tests generators/driver.h on planted properties: pure functions of the
+// Tests generators/shrinker.h (and evaluator.h, memo.h, shrink_ahead.h) on planted properties: pure functions of the
 // config, no training, so the minimal failing boundary is known exactly.
 #include <map>
 #include <set>
@@ -7,12 +7,15 @@
 
 #include <gtest/gtest.h>
 
-#include "generators/driver.h"
+#include "generators/finish.h"
 #include "generators/gen.h"
+#include "generators/rates.h"
+#include "generators/shrink_ahead.h"
+#include "generators/shrinker.h"
 #include "generators/sweep.h"
 #include "harness/results.h"
-#include "tests/planted.h"
 #include "test_util.h"
+#include "tests/planted.h"
 
 namespace spikehunt {
 namespace {
@@ -117,7 +120,7 @@ TEST(SweepFinish, FailuresThatShrinkToOneConfigAreOneFailure) {
   FunctionEvaluator evaluator(planted);
   Budget budget;
   std::ostringstream out;
-  finish_sweep(o, dir.path(), store, o.binary, evaluator, cache, budget, std::chrono::steady_clock::now(), 0, out);
+  finish_sweep(FinishContext{o, dir.path(), store, o.binary, evaluator, cache, budget, std::chrono::steady_clock::now(), 0}, out);
   const std::string text = out.str();
   EXPECT_TRUE(testing::has(text, "2 distinct failure(s) by fault signature, 1 after shrinking (1 shrank to another's "
                                  "minimal config)"))
@@ -242,7 +245,7 @@ TEST(SweepFinish, ShrinksDoNotDependOnTheJobCountAndRunAtOnceOnTheSlots) {
     WindowedEvaluator three(planted);
     Evaluator& e = windows ? static_cast<Evaluator&>(three) : one;
     std::ostringstream out;
-    finish_sweep(o, dir.path(), store, o.binary, e, cache, Budget{}, std::chrono::steady_clock::now(), 0, out);
+    finish_sweep(FinishContext{o, dir.path(), store, o.binary, e, cache, Budget{}, std::chrono::steady_clock::now(), 0}, out);
     rows.push_back(store.failures());
     calls.push_back(windows ? three.calls() : one.calls());
     if (windows) {
@@ -381,7 +384,7 @@ TEST(SweepFinish, TheTreeShrinkerIsThePathBeforeToCompareWith) {
     o.shrinker = method;
     FunctionEvaluator one(planted);
     std::ostringstream out;
-    finish_sweep(o, dir.path(), store, o.binary, one, cache, Budget{}, std::chrono::steady_clock::now(), 0, out);
+    finish_sweep(FinishContext{o, dir.path(), store, o.binary, one, cache, Budget{}, std::chrono::steady_clock::now(), 0}, out);
     rows[method] = store.failures();
   }
   const std::vector<FailureRow>& passes = rows[ShrinkMethod::kPasses];

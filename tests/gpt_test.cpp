@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <map>
 
+#include "base/error.h"
 #include "harness/burst.h"
 #include "harness/monitor.h"
 #include "scenarios/catalog.h"
-#include "scenarios/error.h"
 #include "scenarios/models.h"
 #include "scenarios/optimizers.h"
 #include "test_util.h"

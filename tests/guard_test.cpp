@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
+#include "base/files.h"
 #include "harness/guard.h"
-#include "scenarios/error.h"
-#include "scenarios/files.h"
 #include "test_util.h"
 
 namespace spikehunt {

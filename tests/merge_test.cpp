@@ -10,13 +10,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "generators/cli.h"
+#include "base/error.h"
+#include "cli/flags.h"
+#include "generators/finish.h"
 #include "generators/merge.h"
+#include "generators/store.h"
 #include "generators/sweep.h"
 #include "harness/env.h"
 #include "harness/record.h"
-#include "harness/store.h"
-#include "scenarios/error.h"
 #include "test_util.h"
 
 namespace spikehunt {

@@ -1,4 +1,4 @@
-// Tests harness/onset_eval.h: traces read back as the judge wrote them, runs
+// Tests bench/onset_eval.h: traces read back as the judge wrote them, runs
 // labelled by what they did, and each rule set scored on lead time and false
 // alarms — on small traces planted with a ramp, a recovering spike and noise.
 #include <cmath>
@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/onset_eval.h"
-#include "scenarios/error.h"
+#include "base/error.h"
+#include "bench/onset_eval.h"
 #include "temp_dir.h"
 
 namespace spikehunt {

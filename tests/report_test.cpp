@@ -12,11 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
+#include "base/files.h"
+#include "base/number_format.h"
+#include "cli/flags.h"
 #include "generators/html_report.h"
 #include "generators/lr_sensitivity.h"
 #include "harness/repro_file.h"
-#include "scenarios/error.h"
-#include "scenarios/files.h"
 #include "test_util.h"
 
 namespace spikehunt {
@@ -164,8 +166,8 @@ TEST(LrSensitivity, IsWortsmansExpectationOverTheGrid) {
       EXPECT_TRUE(has(e.what(), "--lrs")) << e.what();
     }
   }
-  EXPECT_EQ(lr_number(0.33214), "0.332");
-  EXPECT_EQ(lr_number(-inf), "-inf");
+  EXPECT_EQ(significant(0.33214, 3), "0.332");
+  EXPECT_EQ(significant(-inf, 3), "-inf");
   for (const char* bad : {"model.gpt.qk_layernorm", "model.gpt.qk_layernorm=true,,false", "model.gpt.qk_layrnorm=true"}) {
     try {
       parse_vary(bad);

@@ -7,9 +7,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
 #include "harness/checkpoint.h"
 #include "harness/safetensors.h"
-#include "scenarios/error.h"
 #include "test_util.h"
 
 namespace spikehunt {

@@ -9,6 +9,7 @@
 
 #include "generators/gen.h"
 #include "generators/space.h"
+#include "scenarios/registry.h"
 #include "test_util.h"
 
 namespace spikehunt {

@@ -10,7 +10,7 @@
 
 #include <ATen/Parallel.h>
 
-#include "scenarios/stats_kernels.h"
+#include "base/stats_kernels.h"
 
 namespace spikehunt {
 namespace {

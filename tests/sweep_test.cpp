@@ -19,11 +19,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "base/files.h"
+#include "generators/finish.h"
 #include "generators/gen.h"
+#include "generators/rates.h"
+#include "generators/shrink_config.h"
 #include "generators/space.h"
+#include "generators/store.h"
 #include "generators/sweep.h"
-#include "harness/store.h"
-#include "scenarios/files.h"
 #include "harness/repro.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-// Tests the persistent workers (harness/child.h's ChildPool, the hidden
+// Tests the persistent workers (base/child.h's ChildPool, the hidden
 // `worker` verb): training code that segfaults, aborts, exits or hangs kills
 // only its worker and becomes a crashed or timeout verdict, a fresh worker
 // runs the next burst; workers are retired after N bursts or past an RSS
@@ -14,11 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "generators/driver.h"
-#include "harness/child.h"
-#include "scenarios/config.h"
-#include "scenarios/files.h"
+#include "base/child.h"
+#include "base/files.h"
 #include "faulty_scenario.h"
+#include "generators/shrinker.h"
+#include "scenarios/config.h"
 #include "test_util.h"
 
 namespace spikehunt {

@@ -1,4 +1,5 @@
-// gtest.h — GoogleTest assertions over a scenario's stability.
+/// gtest.h — GoogleTest assertions over a scenario's stability.
+/// Public names: SPIKEHUNT_EXPECT_STABLE, SPIKEHUNT_ASSERT_STABLE.
 //
 //   TEST(MyTraining, StaysStableOverTheSpace) {
 //     spikehunt::StabilityOptions o;
@@ -15,7 +16,7 @@
 
 #include <gtest/gtest.h>
 
-#include "generators/stability.h"
+#include "spikehunt/stability.h"
 
 #define SPIKEHUNT_STABILITY_(space, options, fail)                                                  \
   do {                                                                                               \

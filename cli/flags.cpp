@@ -1,0 +1,159 @@
+// flags.cpp — the parsers and flag sets several verbs share (flags.h).
+#include "cli/flags.h"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "base/error.h"
+
+namespace spikehunt {
+
+namespace {
+
+bool whole_number(const std::string& text, int64_t* v) {
+  if (text.empty() || text.size() > 15) return false;
+  for (const char c : text) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  *v = std::stoll(text);
+  return true;
+}
+
+}  // namespace
+
+double parse_duration(const std::string& text, const std::string& verb, const std::string& flag) {
+  double total = 0;
+  size_t i = 0;
+  bool any = false;
+  while (i < text.size()) {
+    size_t end = i;
+    while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) ++end;
+    if (end == i) break;
+    const double value = std::stod(text.substr(i, end - i));
+    double unit = 1;
+    if (end < text.size()) {
+      const char u = text[end++];
+      if (u == 'h') unit = 3600;
+      else if (u == 'm') unit = 60;
+      else if (u == 's') unit = 1;
+      else break;
+    } else if (any) {
+      break;  // "1h30" is ambiguous
+    }
+    total += value * unit;
+    any = true;
+    i = end;
+  }
+  if (!any || i != text.size() || !(total > 0)) {
+    throw flag_error(verb, flag, text, "is not a duration", "write e.g. 30m, 90s, 1h30m or 45 (seconds)");
+  }
+  return total;
+}
+
+void add_worker_flags(CLI::App* verb, WorkerArgs& a) {
+  verb->add_flag("--process-per-burst", a.process_per_burst,
+                 "Start a process for every burst instead of keeping one worker a job (the path before workers)");
+  verb->add_option("--worker-bursts", a.worker_bursts, "Bursts a worker runs before a fresh one takes its place")
+      ->capture_default_str();
+  verb->add_option("--worker-rss-mb", a.worker_rss_mb, "A worker past this resident memory after a burst is replaced")
+      ->capture_default_str();
+}
+
+PoolOptions pool_options(const char* verb, const WorkerArgs& a) {
+  check_positive(verb, "--worker-bursts", a.worker_bursts);
+  check_positive(verb, "--worker-rss-mb", a.worker_rss_mb);
+  PoolOptions p;
+  p.persistent = !a.process_per_burst;
+  p.jobs_per_worker = a.worker_bursts;
+  p.rss_limit_mb = a.worker_rss_mb;
+  return p;
+}
+
+void check_positive(const char* verb, const char* flag, int64_t v) {
+  if (v < 1) throw flag_error(verb, flag, std::to_string(v), "must be at least 1");
+}
+
+void apply_finish_args(const char* verb, const FinishArgs& a, SweepOptions* o) {
+  check_positive(verb, "-j", a.jobs);
+  check_positive(verb, "--shrink-bursts", a.shrink_bursts);
+  o->jobs = a.jobs;
+  o->timeout_seconds = parse_duration(a.timeout, verb, "--timeout");
+  o->budget_seconds = a.budget.empty() ? 0 : parse_duration(a.budget, verb, "--budget");
+  o->shrink_evaluations = a.shrink_bursts;
+  o->max_shrinks = a.max_shrinks;
+  if (a.shrinker != "passes" && a.shrinker != "tree") {
+    throw flag_error(verb, "--shrinker", a.shrinker, "is not a shrinker", "passes (the default) or tree");
+  }
+  o->shrinker = a.shrinker == "tree" ? ShrinkMethod::kTree : ShrinkMethod::kPasses;
+  o->progress = !a.no_progress;
+  o->pool = pool_options(verb, a);
+}
+
+void add_finish_flags(CLI::App* verb, FinishArgs& a, const char* budget_help, const char* shrink_bursts_names,
+                      const char* shrink_bursts_help) {
+  verb->add_option("-j,--jobs", a.jobs, "Bursts at once (persistent workers, one a job)")->capture_default_str();
+  verb->add_option("--budget", a.budget, budget_help);
+  verb->add_option("--timeout", a.timeout, "Per-burst timeout: a burst past it is a timeout verdict")->capture_default_str();
+  verb->add_option(shrink_bursts_names, a.shrink_bursts, shrink_bursts_help)->capture_default_str();
+  verb->add_option("--max-shrinks", a.max_shrinks, "Distinct failures to shrink, most frequent first")->capture_default_str();
+  verb->add_option("--shrinker", a.shrinker,
+                   "passes: resets, then binary searches, the shrinks at once on idle slots; tree: RapidCheck's shrink "
+                   "tree one failure after another (the shrinker before passes, to compare with)")
+      ->capture_default_str();
+  verb->add_flag("--no-progress", a.no_progress, "No progress bar");
+  add_worker_flags(verb, a);
+}
+
+std::pair<int64_t, int64_t> parse_shard(const std::string& text) {
+  const size_t slash = text.find('/');
+  int64_t index = 0, count = 0;
+  if (slash == std::string::npos || !whole_number(text.substr(0, slash), &index) ||
+      !whole_number(text.substr(slash + 1), &count) || count < 1) {
+    throw flag_error("sweep", "--shard", text, "is not I/N", "e.g. --shard 0/3, --shard 1/3, --shard 2/3 for three shards");
+  }
+  if (index >= count) {
+    throw flag_error("sweep", "--shard", text, "is out of range: shards count from 0",
+                     std::to_string(count) + " shards are 0/" + std::to_string(count) + " to " +
+                         std::to_string(count - 1) + "/" + std::to_string(count));
+  }
+  return {index, count};
+}
+
+std::optional<std::pair<int64_t, int64_t>> shard_from_slurm(const std::function<const char*(const char*)>& env) {
+  const char* id = env("SLURM_ARRAY_TASK_ID");
+  if (id == nullptr) return std::nullopt;
+  auto number = [&](const char* name, const char* fallback) {
+    const char* v = env(name);
+    const std::string text = v != nullptr ? v : fallback != nullptr ? fallback : "";
+    int64_t n = 0;
+    if (!whole_number(text, &n)) {
+      throw InputError("environment", name, text,
+                       v == nullptr ? "is not set, and SLURM_ARRAY_TASK_ID is: the shard cannot be told"
+                                    : "is not a whole number",
+                       "give the shard explicitly: --shard I/N");
+    }
+    return n;
+  };
+  const int64_t task = number("SLURM_ARRAY_TASK_ID", nullptr), min = number("SLURM_ARRAY_TASK_MIN", "0");
+  const int64_t step = std::max<int64_t>(1, number("SLURM_ARRAY_TASK_STEP", "1"));
+  const int64_t count = number("SLURM_ARRAY_TASK_COUNT", nullptr);
+  if (task < min || (task - min) % step != 0 || (task - min) / step >= count || count < 1) {
+    throw InputError("environment", "SLURM_ARRAY_TASK_ID", std::to_string(task),
+                     "is not on the array's grid (min " + std::to_string(min) + ", step " + std::to_string(step) +
+                         ", count " + std::to_string(count) + "): a list like --array=1,4,9 has no shard formula",
+                     "submit the array as a range (--array=0-K or A-B:S), or give --shard I/N");
+  }
+  return std::make_pair((task - min) / step, count);
+}
+
+std::string config_source(const std::string& file, const std::vector<std::string>& sets) {
+  std::string s = file.empty() ? "<built-in default>" : file;
+  if (!sets.empty()) s += " with --set";
+  for (const std::string& x : sets) s += " " + x;
+  return s;
+}
+
+}  // namespace spikehunt

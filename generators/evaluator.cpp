@@ -1,0 +1,99 @@
+#include "generators/evaluator.h"
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "base/files.h"
+#include "harness/child_verdict.h"
+#include "harness/results.h"
+
+namespace spikehunt {
+
+namespace fs = std::filesystem;
+
+ChildEvaluator::ChildEvaluator(std::string binary, int jobs, double timeout_seconds, std::string work_dir,
+                               PoolOptions pool)
+    : binary_(std::move(binary)), work_dir_(std::move(work_dir)), jobs_(std::max(jobs, 1)), timeout_(timeout_seconds),
+      pool_(pool) {
+  fs::create_directories(work_dir_);
+}
+
+void ChildEvaluator::evaluate(const std::vector<TrainingConfig>& configs,
+                              const std::function<void(size_t, const BurstSummary&)>& on_result,
+                              const std::function<bool()>& stop) {
+  size_t next = 0;
+  stream(
+      [&](bool, bool* finished) -> std::optional<StreamJob> {
+        if (next == configs.size() || (stop && stop())) {
+          *finished = true;
+          return std::nullopt;
+        }
+        ++next;
+        return StreamJob{next - 1, configs[next - 1]};
+      },
+      on_result);
+}
+
+void ChildEvaluator::stream(const std::function<std::optional<StreamJob>(bool, bool*)>& next,
+                            const std::function<void(size_t, const BurstSummary&)>& on_result) {
+  std::map<size_t, std::string> stems;  // of the bursts running
+  pool_.run_stream(
+      [&](bool idle, bool* finished) -> std::optional<std::pair<size_t, ChildSpec>> {
+        std::optional<StreamJob> job = next(idle, finished);
+        if (!job) return std::nullopt;
+        const std::string stem = work_dir_ + "/burst-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++);
+        save_config(job->second, stem + ".config.json");
+        std::vector<std::string> argv = {binary_, "burst", "--config", stem + ".config.json", "--result", stem + ".result.json"};
+        argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
+        stems[job->first] = stem;
+        return std::make_pair(job->first, ChildSpec{std::move(argv), timeout_, stem + ".log"});
+      },
+      jobs_,
+      [&](size_t id, const ChildExit& e) {
+        const std::string stem = stems.at(id);
+        stems.erase(id);
+        BurstSummary s;
+        bool read = false;
+        if (e.exit_code == 0 && e.signal == 0) {
+          try {
+            s = summary_from_json(nlohmann::json::parse(read_file(stem + ".result.json")), stem + ".result.json");
+            read = true;
+          } catch (const std::exception&) {
+          }
+        }
+        if (!read) s.verdict = lost_child_verdict(e, stem + ".log");
+        for (const char* ext : {".config.json", ".result.json", ".log"}) {
+          std::error_code ec;
+          fs::remove(stem + ext, ec);
+        }
+        on_result(id, s);
+      });
+}
+
+void Evaluator::stream(const std::function<std::optional<StreamJob>(bool, bool*)>& next,
+                       const std::function<void(size_t, const BurstSummary&)>& on_result) {
+  for (bool finished = false; !finished;) {
+    std::vector<size_t> ids;
+    std::vector<TrainingConfig> round;
+    while (!finished && int(round.size()) < std::max(parallelism(), 1)) {
+      std::optional<StreamJob> job = next(round.empty(), &finished);
+      if (!job) break;
+      ids.push_back(job->first);
+      round.push_back(std::move(job->second));
+    }
+    evaluate(round, [&](size_t i, const BurstSummary& s) { on_result(ids[i], s); });
+  }
+}
+
+void FunctionEvaluator::evaluate(const std::vector<TrainingConfig>& configs,
+                                 const std::function<void(size_t, const BurstSummary&)>& on_result,
+                                 const std::function<bool()>& stop) {
+  for (size_t i = 0; i < configs.size(); ++i) {
+    if (stop && stop()) return;
+    ++calls_;
+    on_result(i, f_(configs[i]));
+  }
+}
+
+}  // namespace spikehunt

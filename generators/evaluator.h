@@ -1,0 +1,86 @@
+// evaluator.h — what runs the bursts a sweep or a shrink asks for: an
+// Evaluator takes configs and gives back their summaries, up to parallelism()
+// at once. ChildEvaluator runs each as `spikehunt burst` in a persistent
+// worker (or a process of its own); FunctionEvaluator calls a function in this
+// process (tests, the gtest macro).
+// Example:
+//   ChildEvaluator children(self_executable(), /*jobs=*/2, /*timeout=*/120, "results/sweep/work");
+//   children.evaluate(configs, [&](size_t i, const BurstSummary& s) { ... });
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/child.h"
+#include "harness/record.h"
+#include "scenarios/config.h"
+
+namespace spikehunt {
+
+class Evaluator {
+ public:
+  virtual ~Evaluator() = default;
+  virtual int parallelism() const = 0;
+  // Runs the configs, up to parallelism() at once, calling on_result(i, summary)
+  // as each finishes. `stop` (optional) is asked before each start.
+  virtual void evaluate(const std::vector<TrainingConfig>& configs,
+                        const std::function<void(size_t, const BurstSummary&)>& on_result,
+                        const std::function<bool()>& stop = {}) = 0;
+  // Runs configs as they come, up to parallelism() at once: next(idle,
+  // &finished) is asked whenever a slot is free and gives a config and the
+  // id on_result gets it back with, or nothing for now (when `idle`, none
+  // runs, and it may block until it has one); *finished = true: no more
+  // come, and stream returns when the running ones have ended. This one
+  // runs rounds of up to parallelism() through evaluate(); ChildEvaluator
+  // starts each as a slot frees.
+  using StreamJob = std::pair<size_t, TrainingConfig>;
+  virtual void stream(const std::function<std::optional<StreamJob>(bool idle, bool* finished)>& next,
+                      const std::function<void(size_t, const BurstSummary&)>& on_result);
+};
+
+// Each burst is `spikehunt burst` run by a persistent worker of the pool (or,
+// with pool.persistent false, in a process of its own); a burst that kills its
+// worker (a signal, an abort) is a crashed verdict, one that overstays
+// `timeout_seconds` a timeout, and a fresh worker runs the next.
+class ChildEvaluator : public Evaluator {
+ public:
+  ChildEvaluator(std::string binary, int jobs, double timeout_seconds, std::string work_dir, PoolOptions pool = {});
+  int parallelism() const override { return jobs_; }
+  void evaluate(const std::vector<TrainingConfig>& configs,
+                const std::function<void(size_t, const BurstSummary&)>& on_result,
+                const std::function<bool()>& stop = {}) override;
+  void stream(const std::function<std::optional<StreamJob>(bool idle, bool* finished)>& next,
+              const std::function<void(size_t, const BurstSummary&)>& on_result) override;
+  // More arguments for every child's `burst` command (e.g. {"--heldout", "256"}).
+  void set_extra_args(std::vector<std::string> args) { extra_args_ = std::move(args); }
+  const PoolStats& pool_stats() const { return pool_.stats(); }
+
+ private:
+  std::string binary_, work_dir_;
+  std::vector<std::string> extra_args_;
+  int jobs_;
+  double timeout_;
+  int64_t counter_ = 0;
+  ChildPool pool_;
+};
+
+// Calls a function in this process, one config at a time.
+class FunctionEvaluator : public Evaluator {
+ public:
+  explicit FunctionEvaluator(std::function<BurstSummary(const TrainingConfig&)> f) : f_(std::move(f)) {}
+  int parallelism() const override { return 1; }
+  void evaluate(const std::vector<TrainingConfig>& configs,
+                const std::function<void(size_t, const BurstSummary&)>& on_result,
+                const std::function<bool()>& stop = {}) override;
+  int64_t calls() const { return calls_; }
+
+ private:
+  std::function<BurstSummary(const TrainingConfig&)> f_;
+  int64_t calls_ = 0;
+};
+
+}  // namespace spikehunt

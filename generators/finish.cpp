@@ -1,0 +1,324 @@
+#include "generators/finish.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/child.h"
+#include "base/error.h"
+#include "base/files.h"
+#include "base/number_format.h"
+#include "generators/html_report.h"
+#include "generators/progress.h"
+#include "generators/rates.h"
+#include "generators/record_replay.h"
+#include "generators/shrink_ahead.h"
+#include "harness/env.h"
+#include "harness/repro.h"
+#include "harness/results.h"
+
+namespace spikehunt {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct FailureGroup {
+  std::string signature;
+  int64_t occurrences = 0;
+  RunRow first;  // the search run with this signature of the lowest sample index
+};
+
+// A distinct minimal config without a repro yet.
+struct ToRecord {
+  FailureRow row;
+  std::string failure_class;
+};
+
+// ---- 1. distinct failures ----
+
+// The search runs of this sweep (into *searched_out) grouped by fault
+// signature, the most frequent first (ties: the lowest first sample).
+std::vector<FailureGroup> distinct_failures(const FinishContext& c, std::vector<RunRow>* searched_out) {
+  const SweepOptions& o = c.options;
+  SweepStore& store = c.store;
+  std::vector<RunRow>& searched = *searched_out;
+  for (RunRow& r : store.runs("search")) {
+    if (r.sample < o.runs) searched.push_back(std::move(r));
+  }
+  std::map<std::string, FailureGroup> groups;
+  for (const RunRow& r : searched) {
+    const std::string sig = fault_signature(r.summary.verdict);
+    if (sig.empty()) continue;
+    FailureGroup& g = groups[sig];  // "first" is the lowest sample, whatever -j finished first
+    if (g.occurrences++ == 0 || r.sample < g.first.sample) g.signature = sig, g.first = r;
+  }
+  std::vector<FailureGroup> ordered;
+  for (auto& [sig, g] : groups) ordered.push_back(g);
+  std::sort(ordered.begin(), ordered.end(), [](const FailureGroup& a, const FailureGroup& b) {
+    return a.occurrences != b.occurrences ? a.occurrences > b.occurrences : a.first.sample < b.first.sample;
+  });
+  return ordered;
+}
+
+// ---- 2. shrinks ----
+
+// Shrinks the first --max-shrinks failures not shrunk before (a resume keeps
+// what was); adds their bursts to *shrink_bursts_out and returns the minimal
+// configs still to record.
+std::vector<ToRecord> shrink_failures(const FinishContext& c, const std::vector<FailureGroup>& ordered,
+                                      Progress& progress, int64_t* shrink_bursts_out, std::ostream& out) {
+  const SweepOptions& o = c.options;
+  SweepStore& store = c.store;
+  Evaluator& children = c.children;
+  EvalCache& cache = c.cache;
+  const Budget& budget = c.budget;
+  int64_t& shrink_bursts = *shrink_bursts_out;
+  int64_t shrunk = 0;
+  // Each config a shrink passed through, and the failure whose shrink it was:
+  // a later shrink that reaches one is that failure from there on.
+  std::map<std::string, std::string> passed_by;
+  std::map<std::string, std::string> minimal_of;  // a minimal config's JSON -> the first failure shrunk to it
+  std::vector<ToRecord> to_record;  // distinct minimal configs without a repro yet
+  auto pass = [&](const TrainingConfig& c, const std::string& signature) {
+    passed_by.emplace(config_hash(c).hex(), signature);
+  };
+  // With more than one slot, the shrinks run at once first (their bursts
+  // held), so that those in order below find them trained.
+  std::vector<std::pair<SpacePoint, BurstSummary>> to_shrink;
+  for (size_t i = 0; i < ordered.size() && int64_t(i) < o.max_shrinks; ++i) {
+    const std::optional<FailureRow> row = store.failure(ordered[i].signature);
+    if (row && !row->minimal_config_json.empty()) continue;  // shrunk before this resume
+    to_shrink.emplace_back(o.space.point_of(config_from_json(json::parse(ordered[i].first.config_json), store.path())),
+                           ordered[i].first.summary);
+  }
+  const bool passes = o.shrinker == ShrinkMethod::kPasses;
+  if (passes && children.parallelism() > 1 && to_shrink.size() > 1 && !budget.expired()) {
+    progress.note("shrinking " + std::to_string(to_shrink.size()) + " failures at once ...");
+    shrink_ahead(o.space, to_shrink, children, cache, budget);
+    progress.done();
+  }
+  for (const FailureGroup& g : ordered) {
+    FailureRow f = store.failure(g.signature).value_or(FailureRow{});
+    f.signature = g.signature;
+    f.first_run = g.first.id;
+    f.occurrences = g.occurrences;
+    if (shrunk >= o.max_shrinks) {
+      store.put_failure(f);
+      continue;
+    }
+    ++shrunk;
+    if (const std::string note = environment_note(g.first.summary); !note.empty()) out << g.signature << ": " << note << "\n";
+    if (f.minimal_config_json.empty()) {
+      if (budget.expired()) {
+        out << "time budget spent before shrinking " << g.signature << "\n";
+        store.put_failure(f);
+        continue;
+      }
+      const TrainingConfig start_config = config_from_json(json::parse(g.first.config_json), store.path());
+      progress.note("shrinking " + g.signature + " ...");
+      std::string joined;
+      const auto note = [&](const ShrinkResult& s) {
+        progress.note("shrinking " + g.signature + ": " + std::to_string(s.evaluations) + " bursts, " +
+                      std::to_string(s.accepted) + " steps");
+      };
+      const ShrinkResult r =
+          passes ? shrink(o.space, o.space.point_of(start_config), g.first.summary, children, cache, budget, note,
+                          [&](const SpacePoint& p) {
+                            const auto it = passed_by.find(config_hash(o.space.config(p)).hex());
+                            if (it != passed_by.end()) joined = it->second;
+                            return it != passed_by.end();
+                          })
+                 : shrink_tree(o.space, o.space.point_of(start_config), g.first.summary, children, cache, budget, note);
+      progress.done();
+      for (const SpacePoint& p : r.path) pass(o.space.config(p), g.signature);
+      const std::optional<FailureRow> other = r.joined ? store.failure(joined) : std::nullopt;
+      f.minimal_config_json = other ? other->minimal_config_json : config_to_json(o.space.config(r.minimal)).dump();
+      f.shrink_evaluations = r.evaluations;
+      f.shrink_steps = r.accepted;
+      f.budget_exhausted = r.budget_exhausted;
+      shrink_bursts += r.evaluations;
+      store.put_failure(f);
+    }
+    pass(config_from_json(json::parse(f.minimal_config_json), store.path()), g.signature);
+    if (const auto [first, fresh] = minimal_of.emplace(f.minimal_config_json, g.signature); !fresh) {
+      f.replay = one_failure_with(first->second);  // its repro is the other's
+      f.repro_path.clear();
+      store.put_failure(f);
+      continue;
+    }
+    if (f.repro_path.empty() || !fs::exists(f.repro_path)) {
+      to_record.push_back({f, failure_class(g.first.summary.verdict)});
+    }
+  }
+  return to_record;
+}
+
+// ---- 3. repros ----
+
+// Records and replays each minimal config's repro, as many at once as there
+// are slots, and stores each failure's repro and replay line.
+void record_repros(const FinishContext& c, std::vector<ToRecord>& to_record, Progress& progress) {
+  const SweepOptions& o = c.options;
+  SweepStore& store = c.store;
+  const std::string& dir = c.dir;
+  const std::string& binary = c.binary;
+  Evaluator& children = c.children;
+  if (!to_record.empty()) {
+    progress.note("recording and replaying " + std::to_string(to_record.size()) + " repro(s) ...");
+    std::atomic<size_t> next{0};
+    std::vector<std::string> errors(to_record.size());
+    auto record = [&] {
+      for (size_t i; (i = next++) < to_record.size();) {
+        FailureRow& f = to_record[i].row;
+        const std::string path = dir + "/repros/" + file_safe(f.signature) + ".repro.json";
+        try {
+          bool ok = false;
+          f.replay = record_and_replay(binary, config_from_json(json::parse(f.minimal_config_json), store.path()), path,
+                                       to_record[i].failure_class, o.timeout_seconds, dir + "/work", &ok);
+          f.repro_path = fs::exists(path) ? path : "";
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int t = 1; t < std::min(children.parallelism(), int(to_record.size())); ++t) threads.emplace_back(record);
+    record();
+    for (std::thread& t : threads) t.join();
+    progress.done();
+    for (size_t i = 0; i < to_record.size(); ++i) {
+      if (!errors[i].empty()) throw std::runtime_error(errors[i]);
+      store.put_failure(to_record[i].row);
+    }
+  }
+}
+
+// ---- 4. summary ----
+
+// Prints the rates, the per-factor table and every distinct failure; returns
+// how many search runs failed.
+int64_t print_summary(const FinishContext& c, const std::vector<RunRow>& searched,
+                      const std::vector<FailureGroup>& ordered, int64_t shrink_bursts, std::ostream& out) {
+  const SweepOptions& o = c.options;
+  SweepStore& store = c.store;
+  const int64_t search_bursts = c.search_bursts;
+  const Clock::time_point start = c.start;
+  const int64_t ahead_unused = c.cache.held();  // trained on idle slots, never asked for
+  const SweepRates rates = sweep_rates(searched, o.space);
+  const int64_t n = rates.all.runs, failed = rates.all.failed;
+  const auto [lo, hi] = wilson_interval(failed, n);
+  out << "\n" << n << " runs, " << failed << " failed: " << percent(n ? double(failed) / double(n) : 0)
+      << " (95% Wilson interval " << percent(lo) << " to " << percent(hi) << ")";
+  for (const auto& [outcome, count] : rates.by_outcome) out << ", " << count << " " << outcome;
+  out << "\nbursts this invocation: " << search_bursts << " search, " << shrink_bursts << " shrink"
+      << (ahead_unused > 0 ? " (+" + std::to_string(ahead_unused) + " trained on idle slots and not needed)" : "")
+      << "; total in the database: "
+      << store.count("search") << " search, " << store.count("shrink") << " shrink; "
+      << duration_text(std::chrono::duration<double>(Clock::now() - start).count()) << "\n\n";
+  char line[160];
+  size_t field_width = 6;
+  for (const FactorRate& f : rates.factors) field_width = std::max(field_width, f.field.size());
+  std::snprintf(line, sizeof line, "  %-*s %-16s %9s %6s  %s\n", int(field_width), "factor", "value", "failed", "rate",
+                "95% interval");
+  out << line;
+  for (const FactorRate& f : rates.factors) {
+    const auto [flo, fhi] = wilson_interval(f.cell.failed, f.cell.runs);
+    const std::string frac = std::to_string(f.cell.failed) + "/" + std::to_string(f.cell.runs);
+    std::snprintf(line, sizeof line, "  %-*s %-16s %9s %6s  [%s, %s]\n", int(field_width), f.field.c_str(),
+                  f.bucket.c_str(), frac.c_str(), percent(double(f.cell.failed) / double(f.cell.runs)).c_str(),
+                  percent(flo).c_str(), percent(fhi).c_str());
+    out << line;
+  }
+  const TrainingConfig simplest = o.space.simplest();
+  const std::vector<FailureRow> rows = store.failures();
+  int64_t folded = 0;
+  for (const FailureRow& f : rows) folded += f.replay.rfind(one_failure_with(""), 0) == 0;
+  out << "\n" << rows.size() << " distinct failure(s) by fault signature";
+  if (folded > 0) out << ", " << int64_t(rows.size()) - folded << " after shrinking (" << folded << " shrank to another's minimal config)";
+  out << "\n";
+  int index = 0;
+  for (const FailureGroup& g : ordered) {
+    const auto row = std::find_if(rows.begin(), rows.end(), [&](const FailureRow& f) { return f.signature == g.signature; });
+    if (row == rows.end()) continue;
+    out << "\n" << ++index << ". " << g.signature << ": " << g.occurrences << " of " << n << " runs (first: sample "
+        << g.first.sample << ")\n";
+    if (const std::string note = environment_note(g.first.summary); !note.empty()) out << "   " << note << "\n";
+    if (row->minimal_config_json.empty()) {
+      out << "   not shrunk (--max-shrinks " << o.max_shrinks << " or the time budget)\n";
+      continue;
+    }
+    if (row->replay.rfind(one_failure_with(""), 0) == 0) {
+      out << "   " << row->replay << " (" << row->shrink_evaluations << " shrink bursts)\n";
+      continue;
+    }
+    const TrainingConfig minimal = config_from_json(json::parse(row->minimal_config_json), store.path());
+    out << "   minimal config (fields away from the space's simplest values):\n";
+    const std::vector<std::string> diff = config_diff(simplest, minimal);
+    if (diff.empty()) out << "     (none: the simplest config of the space fails)\n";
+    for (const std::string& d : diff) out << "     " << d << "\n";
+    out << "   shrink: " << row->shrink_evaluations << " bursts, " << row->shrink_steps << " steps accepted"
+        << (row->budget_exhausted ? " (budget spent: may not be minimal)" : " (a local minimum)") << "\n";
+    if (row->repro_path.empty()) {
+      out << "   " << row->replay << "\n";
+      continue;
+    }
+    const Repro repro = read_repro(row->repro_path);
+    const Verdict& v = repro.verdict;
+    out << "   fails: " << to_string(v.outcome);
+    if (v.onset_step) out << ", onset step " << *v.onset_step;
+    if (v.failure_step) out << ", non-finite at step " << *v.failure_step;
+    if (v.fault) out << ", " << v.fault->describe();
+    out << "\n   repro:  " << row->repro_path << "\n   replay: " << row->replay << "\n";
+    out << "   replay it: " << program_name() << " replay " << row->repro_path << (repro.checkpoint ? " --from-checkpoint" : "") << "\n";
+    out << "   draft regression test:\n";
+    std::istringstream test(draft_regression_test(repro, row->repro_path));
+    for (std::string l; std::getline(test, l);) out << "     " << l << "\n";
+  }
+  return failed;
+}
+
+}  // namespace
+
+std::string environment_note(const BurstSummary& found) {
+  if (!found.environment) return "";
+  const Environment& there = *found.environment;
+  const Environment here = environment(there.device, there.threads);
+  if (environment_key(there) == environment_key(here)) return "";
+  std::string differs;
+  for (const std::string& w : environment_warnings(there, here, "node that found it")) differs += "; " + w;
+  return "found on node " + there.node + " in another environment than this one (" + here.node +
+         "): its shrink and replay here are not promised to be bit-exact" + differs +
+         " (to run them where it was found, run this on a node like " + there.node + ", e.g. srun -w " + there.node +
+         ")";
+}
+
+int finish_sweep(const FinishContext& c, std::ostream& out) {
+  Progress progress(c.options.progress, 0);
+  std::vector<RunRow> searched;
+  const std::vector<FailureGroup> ordered = distinct_failures(c, &searched);
+  int64_t shrink_bursts = 0;
+  std::vector<ToRecord> to_record = shrink_failures(c, ordered, progress, &shrink_bursts, out);
+  record_repros(c, to_record, progress);
+  const int64_t failed = print_summary(c, searched, ordered, shrink_bursts, out);
+  remove_if_empty(c.dir + "/work");
+  try {
+    const ReportFacts report = write_sweep_report(c.dir);
+    out << "\nreport: " << report.path << " (one offline page: open it in a browser)\n";
+  } catch (const std::exception& e) {
+    out << "\nno report written: " << e.what() << "\n";
+  }
+  return failed > 0 ? kExitFinding : kExitOk;
+}
+
+}  // namespace spikehunt

@@ -1,4 +1,0 @@
-// The spikehunt binary: every verb over the built-in scenarios.
-#include "generators/cli.h"
-
-int main(int argc, char** argv) { return spikehunt::cli_main(argc, argv); }

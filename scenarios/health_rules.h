@@ -1,0 +1,56 @@
+// health_rules.h — HealthRules: the thresholds that call a finite step
+// "extreme", as a plain struct. Part of every config (config.h's "health"
+// section: its JSON, validation and field list are the config's), applied by
+// harness/health.h; a run records the rules it used in its results.
+#pragma once
+
+#include <cstdint>
+
+namespace spikehunt {
+
+enum class StopAt { kNonFinite, kExtreme };
+
+// The health rules (harness/health.h applies them). Each rule is named after its field;
+// a limit, ratio, factor or sigma of 0 disables it. Rules with a memory
+// (spike windows, sigma windows, growth runs, the chance rule's start) begin
+// again at each protocol phase boundary: a new domain is a new regime. The
+// defaults were chosen on the onset corpus (docs/health.md, "Choosing the rules").
+struct HealthRules {
+  int64_t window = 16;                  // trailing steps for spike rules and onset attribution, [2, 10000]
+  double spike_z = 8.0;                 // z-score of log10 magnitude; 0 disables spikes
+  double loss_limit = 1e3;              // loss above this is extreme
+  double grad_norm_limit = 1e2;         // global L2 grad norm (before clipping)
+  double max_grad_limit = 1e2;          // largest |grad| element
+  double activation_limit = 1e4;        // largest |activation| at any tap
+  double optimizer_state_limit = 1e2;   // largest |momentum| or |Adam moment|
+  double param_jump_limit = 0.5;        // per layer |Δ‖θ‖| / ‖θ‖ over one step
+  double loss_spike_floor = 10.0;       // loss_spike fires only above this loss
+  double grad_norm_spike_floor = 10.0;  // grad_norm_spike fires only above this norm
+  double activation_spike_floor = 1e2;  // activation_spike fires only above this
+  // Sustained growth: a quantity multiplied by at least growth_ratio on each
+  // of growth_steps consecutive steps, and above its floor now.
+  double growth_ratio = 1.4;                 // per-step factor; 0 disables the growth rules
+  int64_t growth_steps = 2;                  // consecutive growing steps, [1, 1000]
+  double loss_growth_floor = 20.0;           // loss_growth: loss
+  double grad_norm_growth_floor = 30.0;      // grad_norm_growth: global grad norm
+  double max_grad_growth_floor = 20.0;       // max_grad_growth: largest |grad|
+  double optimizer_state_growth_floor = 20.0; // optimizer_state_growth: largest |state|
+  double activation_growth_floor = 500.0;    // activation_growth: largest |activation|
+  // Loss against chance: loss > chance_loss_factor × ln(classes), once
+  // chance_loss_after steps of the phase have run (classification only).
+  double chance_loss_factor = 6.0;      // 0 disables
+  int64_t chance_loss_after = 20;       // [0, 10^9]
+  // Rolling sigma in OLMo's form: value > mean + sigma × std of the last
+  // sigma_window finite, non-extreme steps (raw values), silent until full.
+  double sigma = 0.0;                   // 0 disables loss_sigma and grad_norm_sigma
+  int64_t sigma_window = 128;           // [2, 100000]
+  double loss_sigma_floor = 0.0;        // loss_sigma fires only above this loss
+  double grad_norm_sigma_floor = 0.0;   // grad_norm_sigma fires only above this norm
+  // Transformers: taps named "*attn_logits" (max |q·k/√d| before the
+  // softmax) and "*_z" (log-sum-exp of the output logits, per token).
+  double attention_logit_limit = 1e3;   // max |attention logit| (Wortsman: every run past 1e4 diverged)
+  double logit_z_limit = 50.0;          // max |log Z| of the output logits (output-logit divergence)
+  StopAt stop_at = StopAt::kNonFinite;  // stop the burst at the first such step
+};
+
+}  // namespace spikehunt

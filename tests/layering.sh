@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# layering.sh — the floors of spikehunt, bottom to top: base, scenarios,
+# harness, generators, cli (and the public headers in include/spikehunt/ over
+# them). An include may go down a floor or stay on its own, never up: this
+# checks every header and source of the five folders and the public headers.
+# Usage: tests/layering.sh SOURCE_DIR [--graph]   (--graph: print the include graph per folder)
+set -euo pipefail
+src=$(cd "${1:-.}" && pwd)
+cd "$src"
+floor() {
+  case "$1" in
+    base) echo 0 ;; scenarios) echo 1 ;; harness) echo 2 ;; generators) echo 3 ;; cli) echo 4 ;; spikehunt) echo 5 ;;
+    *) echo -1 ;;
+  esac
+}
+bad=0
+declare -A edges=()
+for f in base/*.h base/*.cpp scenarios/*.h scenarios/*.cpp harness/*.h harness/*.cpp \
+         generators/*.h generators/*.cpp cli/*.h cli/*.cpp include/spikehunt/*.h; do
+  from=${f%%/*}
+  [ "$from" = include ] && from=spikehunt
+  from_floor=$(floor "$from")
+  while IFS= read -r target; do
+    to=${target%%/*}
+    to_floor=$(floor "$to")
+    [ "$to_floor" -lt 0 ] && continue  # a file of the same folder without its folder, or a library's header
+    # version.h is the one public header below everything: the version every floor records.
+    [ "$target" = spikehunt/version.h ] && to_floor=0
+    edges["$from -> $to"]=$(( ${edges["$from -> $to"]:-0} + 1 ))
+    if [ "$to_floor" -gt "$from_floor" ]; then
+      echo "layering: $f includes $target: $from may include only its own floor and those below it"
+      bad=1
+    fi
+  done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f")
+done
+if [ "${2:-}" = --graph ]; then
+  for e in "${!edges[@]}"; do echo "$e: ${edges[$e]}"; done | sort
+fi
+[ $bad -eq 0 ] && echo "layering: every include goes down a floor or stays on its own"
+exit $bad
