@@ -6,9 +6,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "base/child.h"
 #include "base/error.h"
 #include "base/number_format.h"
+#include "base/program.h"
 #include "cli/verbs.h"
 #include "harness/safetensors.h"
 

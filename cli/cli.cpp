@@ -10,9 +10,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "base/child.h"
 #include "base/did_you_mean.h"
 #include "base/error.h"
+#include "base/program.h"
 #include "cli/verbs.h"
 #include "harness/env.h"
 

@@ -7,7 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "base/child.h"
+#include "base/program.h"
 #include "cli/verbs.h"
 #include "harness/guard.h"
 

@@ -8,9 +8,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "base/child.h"
 #include "base/files.h"
 #include "base/number_format.h"
+#include "base/program.h"
 #include "cli/flags.h"
 #include "cli/verbs.h"
 #include "harness/burst.h"

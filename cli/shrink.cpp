@@ -6,7 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "base/child.h"
+#include "base/program.h"
 #include "cli/flags.h"
 #include "cli/verbs.h"
 #include "generators/shrink_config.h"

@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/child.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/number_format.h"
+#include "base/program.h"
 #include "generators/html_report.h"
 #include "generators/progress.h"
 #include "generators/rates.h"
@@ -43,6 +43,13 @@ struct FailureGroup {
 struct ToRecord {
   FailureRow row;
   std::string failure_class;
+};
+
+// What the shrinks leave for the repros: the minimal configs to record, and
+// the shrink bursts this invocation ran.
+struct Shrunk {
+  std::vector<ToRecord> to_record;
+  int64_t bursts = 0;
 };
 
 // ---- 1. distinct failures ----
@@ -74,22 +81,22 @@ std::vector<FailureGroup> distinct_failures(const FinishContext& c, std::vector<
 // ---- 2. shrinks ----
 
 // Shrinks the first --max-shrinks failures not shrunk before (a resume keeps
-// what was); adds their bursts to *shrink_bursts_out and returns the minimal
-// configs still to record.
-std::vector<ToRecord> shrink_failures(const FinishContext& c, const std::vector<FailureGroup>& ordered,
-                                      Progress& progress, int64_t* shrink_bursts_out, std::ostream& out) {
+// what was).
+Shrunk shrink_failures(const FinishContext& c, const std::vector<FailureGroup>& ordered, Progress& progress,
+                       std::ostream& out) {
   const SweepOptions& o = c.options;
   SweepStore& store = c.store;
   Evaluator& children = c.children;
   EvalCache& cache = c.cache;
   const Budget& budget = c.budget;
-  int64_t& shrink_bursts = *shrink_bursts_out;
+  Shrunk shrunk_out;
+  int64_t& shrink_bursts = shrunk_out.bursts;
+  std::vector<ToRecord>& to_record = shrunk_out.to_record;
   int64_t shrunk = 0;
   // Each config a shrink passed through, and the failure whose shrink it was:
   // a later shrink that reaches one is that failure from there on.
   std::map<std::string, std::string> passed_by;
   std::map<std::string, std::string> minimal_of;  // a minimal config's JSON -> the first failure shrunk to it
-  std::vector<ToRecord> to_record;  // distinct minimal configs without a repro yet
   auto pass = [&](const TrainingConfig& c, const std::string& signature) {
     passed_by.emplace(config_hash(c).hex(), signature);
   };
@@ -161,7 +168,7 @@ std::vector<ToRecord> shrink_failures(const FinishContext& c, const std::vector<
       to_record.push_back({f, failure_class(g.first.summary.verdict)});
     }
   }
-  return to_record;
+  return shrunk_out;
 }
 
 // ---- 3. repros ----
@@ -307,10 +314,9 @@ int finish_sweep(const FinishContext& c, std::ostream& out) {
   Progress progress(c.options.progress, 0);
   std::vector<RunRow> searched;
   const std::vector<FailureGroup> ordered = distinct_failures(c, &searched);
-  int64_t shrink_bursts = 0;
-  std::vector<ToRecord> to_record = shrink_failures(c, ordered, progress, &shrink_bursts, out);
-  record_repros(c, to_record, progress);
-  const int64_t failed = print_summary(c, searched, ordered, shrink_bursts, out);
+  Shrunk shrunk = shrink_failures(c, ordered, progress, out);
+  record_repros(c, shrunk.to_record, progress);
+  const int64_t failed = print_summary(c, searched, ordered, shrunk.bursts, out);
   remove_if_empty(c.dir + "/work");
   try {
     const ReportFacts report = write_sweep_report(c.dir);

@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/child.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/number_format.h"
+#include "base/program.h"
 #include "generators/rates.h"
 #include "generators/space.h"
 #include "generators/store.h"

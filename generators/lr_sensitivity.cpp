@@ -8,10 +8,10 @@
 #include <limits>
 #include <map>
 
-#include "base/child.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/number_format.h"
+#include "base/program.h"
 #include "generators/shrinker.h"
 #include "harness/report.h"
 #include "harness/results.h"
