@@ -5,7 +5,6 @@
 #include <set>
 #include <stdexcept>
 
-
 namespace spikehunt {
 
 namespace {
