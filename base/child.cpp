@@ -36,8 +36,10 @@ pid_t spawn(const ChildSpec& spec) {
   const char* log = spec.log_path.empty() ? "/dev/null" : spec.log_path.c_str();
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<std::string> args = command_of(spec.argv.front());
+  args.insert(args.end(), spec.argv.begin() + 1, spec.argv.end());
   std::vector<char*> argv;
-  for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
@@ -116,10 +118,13 @@ ChildPool::Worker start_worker(const std::string& program, const std::string& lo
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   posix_spawn_file_actions_adddup2(&actions, theirs, kWorkerFd);
-  std::string worker_verb = "worker";
-  char* argv[] = {const_cast<char*>(program.c_str()), worker_verb.data(), nullptr};
+  std::vector<std::string> args = command_of(program);
+  args.push_back("worker");
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, program.c_str(), &actions, nullptr, argv, environ);
+  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   ::close(theirs);
   if (rc != 0) {

@@ -16,20 +16,47 @@ std::string self_executable() {
 
 namespace {
 
-std::string& invoked_as() {
-  static std::string name;
-  return name;
+struct Self {
+  std::string invoked_as;
+  std::vector<std::string> command;  // empty: {self_executable()}
+  std::vector<std::string> build_files;
+};
+
+Self& self() {
+  static Self s;
+  return s;
 }
 
 }  // namespace
 
-void set_invoked_as(const std::string& argv0) { invoked_as() = argv0; }
+void set_invoked_as(const std::string& argv0) { self().invoked_as = argv0; }
 
 std::string program_name() {
-  if (!invoked_as().empty()) return invoked_as();
+  if (!self().invoked_as.empty()) return self().invoked_as;
   const std::string path = self_executable();
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::vector<std::string> self_command() {
+  if (self().command.empty()) return {self_executable()};
+  return self().command;
+}
+
+void set_self_command(std::vector<std::string> command, std::vector<std::string> build_files) {
+  self().command = std::move(command);
+  self().build_files = std::move(build_files);
+}
+
+std::vector<std::string> command_of(const std::string& program) {
+  if (program == self_executable()) return self_command();
+  return {program};
+}
+
+std::vector<std::string> build_files_of(const std::string& program) {
+  std::vector<std::string> files = {program};
+  if (program == self_executable()) files.insert(files.end(), self().build_files.begin(), self().build_files.end());
+  return files;
 }
 
 }  // namespace spikehunt

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/hash.h"
+#include "base/program.h"
 #include "harness/env.h"
 
 namespace spikehunt {
@@ -122,7 +123,8 @@ bool on_network_filesystem(const std::string& path) {
 }  // namespace
 
 std::string build_id(const std::string& executable) {
-  const std::string bytes = read_file(executable);
+  std::string bytes;
+  for (const std::string& file : build_files_of(executable)) bytes += read_file(file);
   return std::string("spikehunt ") + kVersion + " | LibTorch " + environment("cpu", 1).libtorch + " | " +
          hash_bytes(bytes.data(), bytes.size()).hex().substr(0, 16);
 }

@@ -43,6 +43,8 @@ struct FailureRow {
 // The executable a sweep's bursts run: its version, LibTorch's, and a hash of
 // the file's bytes ("spikehunt 0.1.0 | LibTorch 1.13.0 | 3f2a...": 16 hex
 // digits of XXH3-128), so shards of one sweep can be checked to be one build.
+// For this program the hash covers build_files_of() (program.h): a Python
+// program's extension module and script too.
 std::string build_id(const std::string& executable);
 
 class SweepStore {
