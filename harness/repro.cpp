@@ -182,16 +182,36 @@ std::string registration_code(const Repro& repro) {
 
 }  // namespace
 
+// A Python scenario's draft: a pytest test that loads the file registering
+// the scenario and runs the config through spikehunt.run_config.
+std::string python_draft(const Repro& repro, const std::string& source, const std::string& name,
+                         const std::string& id, const std::string& what, int64_t at, const std::string& list) {
+  const std::string& scenario = repro.config.scenario;
+  const std::string cls = repro.scenario_class.empty() ? "your Scenario class" : "class " + repro.scenario_class;
+  return "# Drafted by spikehunt from " + name + ": " + what + " at step " + std::to_string(at) +
+         ".\n# Fails until the instability is fixed: python3 -m pytest THIS_FILE\n"
+         "import importlib.util\n\nimport spikehunt\n\n\n"
+         "def test_training_stability_repro_" + id + "():\n"
+         "    # " + json(scenario).dump() + " is your own scenario (" + cls + "): its file registers it.\n"
+         "    spec = importlib.util.spec_from_file_location(\"scenarios_" + id + "\", " + json(source).dump() + ")\n"
+         "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+         "    verdict = spikehunt.run_config([\n" + list +
+         "    ])\n"
+         "    assert verdict[\"outcome\"] == \"healthy\", verdict.get(\"fault\", verdict[\"outcome\"])\n";
+}
+
 std::string draft_regression_test(const Repro& repro, const std::string& repro_path) {
   const std::vector<std::string> overrides = config_diff(default_config(), repro.config);
   std::string list;
-  for (const std::string& o : overrides) list += "      " + json(o).dump() + ",\n";
+  const std::string source = scenario_source(repro.config.scenario);
+  for (const std::string& o : overrides) list += std::string(source.empty() ? "      " : "        ") + json(o).dump() + ",\n";
   const std::string name = fs::path(repro_path).filename().string();
   const std::string id = config_hash(repro.config).hex().substr(0, 8);
   const Verdict& v = repro.verdict;
   std::string what = to_string(v.outcome);
   if (v.fault) what = v.fault->describe();
   const int64_t at = v.failure_step ? *v.failure_step : v.onset_step.value_or(-1);
+  if (!source.empty()) return python_draft(repro, source, name, id, what, at, list);
   return "// Drafted by spikehunt from " + name + ": " + what + " at step " + std::to_string(at) +
          ".\n// Fails until the instability is fixed. Link with spikehunt::spikehunt.\n"
          "#include <gtest/gtest.h>\n#include <spikehunt/spikehunt.h>\n\n"

@@ -48,8 +48,9 @@ ReplayReport replay(const Repro& repro, const std::string& repro_path, const Rep
 // state) and writes the repro file.
 Repro record_repro(const TrainingConfig& config, const std::string& path);
 
-// A GoogleTest a user can paste: the config as overrides of the built-in
-// default, expecting a healthy burst (so it fails until the instability is fixed).
+// A GoogleTest a user can paste (a pytest test for a Python scenario): the
+// config as overrides of the built-in default, expecting a healthy burst (so
+// it fails until the instability is fixed).
 std::string draft_regression_test(const Repro& repro, const std::string& repro_path);
 
 }  // namespace spikehunt

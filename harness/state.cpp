@@ -74,7 +74,7 @@ void restore_state(Scenario& scenario, const std::vector<NamedTensor>& tensors, 
   for (const auto& b : model.named_buffers()) b.value().copy_(require("model." + b.key(), b.value()));
 
   const std::vector<NamedOptimizer> optimizers = scenario.optimizers();
-  for (const NamedOptimizer& o : optimizers) o.optimizer->state().clear();
+  for (const NamedOptimizer& o : optimizers) clear_param_states(*o.optimizer);
   for (const ParamSlot& p : parameter_slots(scenario)) {
     if (p.optimizer < 0) continue;
     torch::optim::Optimizer& optimizer = *optimizers[size_t(p.optimizer)].optimizer;

@@ -116,7 +116,10 @@ ErrorContext batch_context(const at::Tensor& inputs, const at::Tensor& targets) 
 TrainingError training_error(const std::string& stage, const std::exception& e, const ErrorContext& context) {
   std::string full = e.what();
   std::string message;
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) message = readable(c10->what_without_backtrace());
+  if (const auto* foreign = dynamic_cast<const ForeignError*>(&e)) {
+    full = foreign->traceback();
+    message = e.what();
+  } else if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) message = readable(c10->what_without_backtrace());
   else message = readable(full);
   std::string cause = explain_error(stage, message, context);
   return TrainingError(stage, std::move(message), std::move(cause), std::move(full));

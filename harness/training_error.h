@@ -22,6 +22,19 @@ class Tensor;
 
 namespace spikehunt {
 
+// An error from training code in another language (a Python exception):
+// what() is its summary ("ValueError: no batch (train.py:42 in next_batch)"),
+// traceback() all it said (the interpreter's traceback), shown with --verbose.
+class ForeignError : public std::runtime_error {
+ public:
+  ForeignError(const std::string& summary, std::string traceback)
+      : std::runtime_error(summary), traceback_(std::move(traceback)) {}
+  const std::string& traceback() const { return traceback_; }
+
+ private:
+  std::string traceback_;
+};
+
 // What the harness knew when the code threw.
 struct ErrorContext {
   std::vector<int64_t> input_shape;   // of the batch being trained (empty: none yet)

@@ -111,6 +111,7 @@ std::unique_ptr<torch::optim::OptimizerParamState> adam_state(const ParamState& 
 }  // namespace
 
 std::optional<ParamState> param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param) {
+  if (auto* foreign = dynamic_cast<ForeignOptimizer*>(&optimizer)) return foreign->read_state(param);
   auto& state = optimizer.state();
   const auto it = state.find(key_of(param));
   if (it == state.end()) return std::nullopt;
@@ -135,6 +136,7 @@ std::optional<ParamState> param_state(torch::optim::Optimizer& optimizer, const 
 }
 
 std::vector<std::string> state_buffer_names(torch::optim::Optimizer& o) {
+  if (auto* foreign = dynamic_cast<ForeignOptimizer*>(&o)) return foreign->buffer_names();
   if (is<torch::optim::SGD>(o)) return {"momentum_buffer"};
   if (is<torch::optim::Adam>(o) || is<torch::optim::AdamW>(o)) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   if (is<torch::optim::RMSprop>(o)) return {"square_avg", "momentum_buffer", "grad_avg"};
@@ -143,11 +145,13 @@ std::vector<std::string> state_buffer_names(torch::optim::Optimizer& o) {
 }
 
 bool keeps_step_count(torch::optim::Optimizer& o) {
+  if (auto* foreign = dynamic_cast<ForeignOptimizer*>(&o)) return foreign->keeps_step();
   return is<torch::optim::Adam>(o) || is<torch::optim::AdamW>(o) || is<torch::optim::RMSprop>(o) ||
          is<torch::optim::Adagrad>(o);
 }
 
 void set_param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param, const ParamState& s) {
+  if (auto* foreign = dynamic_cast<ForeignOptimizer*>(&optimizer)) return foreign->write_state(param, s);
   std::unique_ptr<torch::optim::OptimizerParamState> state;
   if (is<torch::optim::SGD>(optimizer)) {
     auto sgd = std::make_unique<torch::optim::SGDParamState>();
@@ -171,6 +175,11 @@ void set_param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& pa
     throw std::logic_error("set_param_state: an optimizer type spikehunt does not know");
   }
   optimizer.state()[key_of(param)] = std::move(state);
+}
+
+void clear_param_states(torch::optim::Optimizer& optimizer) {
+  if (auto* foreign = dynamic_cast<ForeignOptimizer*>(&optimizer)) return foreign->clear_states();
+  optimizer.state().clear();
 }
 
 std::vector<NamedTensor> optimizer_state_of(torch::optim::Optimizer& optimizer,

@@ -40,6 +40,19 @@ struct ParamState {
   std::vector<NamedTensor> buffers;
   std::optional<int64_t> step;
 };
+// An optimizer spikehunt did not build that keeps its per-parameter state
+// its own way (a Python torch.optim optimizer, python/): it reads, writes and
+// names that state itself, and the functions below ask it.
+class ForeignOptimizer : public torch::optim::Optimizer {
+ public:
+  using torch::optim::Optimizer::Optimizer;
+  virtual std::optional<ParamState> read_state(const torch::Tensor& param) = 0;
+  virtual void write_state(const torch::Tensor& param, const ParamState& state) = 0;
+  virtual void clear_states() = 0;
+  virtual std::vector<std::string> buffer_names() = 0;
+  virtual bool keeps_step() = 0;
+};
+
 // nullopt: no state yet, or an optimizer type spikehunt does not know.
 std::optional<ParamState> param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param);
 // The buffer names an optimizer keeps per parameter (empty: a type spikehunt does not know).
@@ -47,6 +60,8 @@ std::vector<std::string> state_buffer_names(torch::optim::Optimizer& optimizer);
 bool keeps_step_count(torch::optim::Optimizer& optimizer);
 // Rebuilds one parameter's state in the optimizer's own state type.
 void set_param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param, const ParamState& state);
+// Forgets every parameter's state (a checkpoint is restored next).
+void clear_param_states(torch::optim::Optimizer& optimizer);
 
 // The state tensors of one optimizer for the given named parameters, named
 // "<parameter>.<buffer>", in the parameters' order.

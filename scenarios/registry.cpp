@@ -13,6 +13,7 @@ struct Entry {
   ScenarioMaker make;                   // empty: a name without a maker (add_scenario_name)
   std::vector<ParamSpec> params;        // empty: undeclared, any params as they are
   std::string cls;                      // the built scenario's C++ class, once known
+  std::string source;                   // a Python scenario's file ("" for C++)
 };
 
 struct Registry {
@@ -57,7 +58,21 @@ void register_scenario(const std::string& name, ScenarioMaker make, std::vector<
   Entry& e = registry().entries[name];
   e.make = std::move(make);
   e.cls.clear();
+  e.source.clear();
   add_scenario_name(name);
+}
+
+void set_python_scenario(const std::string& name, const std::string& cls, const std::string& file) {
+  const auto it = registry().entries.find(name);
+  if (it == registry().entries.end()) return;
+  it->second.cls = cls;
+  it->second.source = file;
+}
+
+std::string scenario_source(const std::string& name) {
+  const auto& entries = registry().entries;
+  const auto it = entries.find(name);
+  return it == entries.end() ? "" : it->second.source;
 }
 
 std::string scenario_class(const std::string& name) {
@@ -74,7 +89,7 @@ ScenarioMaker scenario_maker(const std::string& name) {
 
 void set_scenario_class(const std::string& name, const std::string& cls) {
   const auto it = registry().entries.find(name);
-  if (it != registry().entries.end()) it->second.cls = cls;
+  if (it != registry().entries.end() && it->second.source.empty()) it->second.cls = cls;
 }
 
 const std::vector<std::string>& model_kinds() {

@@ -42,10 +42,17 @@ const std::vector<ParamSpec>* declared_params(const std::string& scenario);
 // ("SpiralsScenario"; "" before): draft regression tests register it by it.
 std::string scenario_class(const std::string& name);
 
+// A scenario written in Python (python/: spikehunt.register): its class and
+// the file that registers it, which repro files record and drafted
+// regression tests import; scenario_source() is "" for a C++ one.
+void set_python_scenario(const std::string& name, const std::string& cls, const std::string& file);
+std::string scenario_source(const std::string& name);
+
 // The maker registered under `name`; empty when there is none.
 ScenarioMaker scenario_maker(const std::string& name);
 // Notes the C++ class a registered scenario's maker built (catalog.cpp's
-// make_scenario tells it), for scenario_class().
+// make_scenario tells it), for scenario_class(); a Python scenario keeps
+// the class set_python_scenario named.
 void set_scenario_class(const std::string& name, const std::string& cls);
 
 // The built-in models (config.model.kind), in the order errors list them:
