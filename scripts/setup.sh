@@ -2,7 +2,8 @@
 # setup.sh — installs every Debian package spikehunt needs. Idempotent: a package
 # already installed is skipped, and apt is not touched when nothing is missing.
 # Usage: scripts/setup.sh            (as root, or with sudo available)
-#        scripts/setup.sh --peer     also PyTorch's Python API (python3-torch) for bench/peer/
+#        scripts/setup.sh --peer     kept for scripts that pass it: PyTorch's Python API is
+#                                    always installed now (the Python package needs it)
 #        scripts/setup.sh --slurm    also Slurm and munge, for the test of sharded sweeps
 #                                    (tests/slurm_cluster.sh; scripts/quickstart.sh test passes it)
 set -euo pipefail
@@ -15,11 +16,12 @@ packages=(
   dataset-fashion-mnist fortunes
   libxxhash-dev nlohmann-json3-dev libcli11-dev libsqlite3-dev zlib1g-dev
   libjs-dygraphs chromium
+  python3-torch python3-dev pybind11-dev python3-pytest python3-numpy
 )
 
 for option in "$@"; do
   case "$option" in
-    --peer) packages+=(python3-torch) ;;
+    --peer) ;;
     # The daemons are not started as services: the test starts its own cluster.
     --slurm) packages+=(slurmctld slurmd slurm-client munge) ;;
     *) echo "setup: unknown option $option (known: --peer, --slurm)" >&2; exit 2 ;;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # layering.sh — the floors of spikehunt, bottom to top: base, scenarios,
 # harness, generators, cli (and the public headers in include/spikehunt/ over
-# them). An include may go down a floor or stay on its own, never up: this
+# them, and the Python package's C++ side, python/, over everything). An include may go down a floor or stay on its own, never up: this
 # checks every header and source of the five folders and the public headers.
 # Usage: tests/layering.sh SOURCE_DIR [--graph]   (--graph: print the include graph per folder)
 set -euo pipefail
@@ -9,14 +9,14 @@ src=$(cd "${1:-.}" && pwd)
 cd "$src"
 floor() {
   case "$1" in
-    base) echo 0 ;; scenarios) echo 1 ;; harness) echo 2 ;; generators) echo 3 ;; cli) echo 4 ;; spikehunt) echo 5 ;;
+    base) echo 0 ;; scenarios) echo 1 ;; harness) echo 2 ;; generators) echo 3 ;; cli) echo 4 ;; spikehunt) echo 5 ;; python) echo 6 ;;
     *) echo -1 ;;
   esac
 }
 bad=0
 declare -A edges=()
 for f in base/*.h base/*.cpp scenarios/*.h scenarios/*.cpp harness/*.h harness/*.cpp \
-         generators/*.h generators/*.cpp cli/*.h cli/*.cpp include/spikehunt/*.h; do
+         generators/*.h generators/*.cpp cli/*.h cli/*.cpp include/spikehunt/*.h python/*.cpp; do
   from=${f%%/*}
   [ "$from" = include ] && from=spikehunt
   from_floor=$(floor "$from")

@@ -1,0 +1,822 @@
+// binding.cpp — spikehunt._core, the Python package's C++ side: a user's
+// Python Scenario subclass (python/spikehunt/__init__.py) as a C++ Scenario
+// (scenarios/scenario.h), so every verb trains it, and the command line.
+//
+// How Python code meets the C++ contract:
+//   - model(): the Python nn.Module's parameters and buffers (the same
+//     tensors, no copy: python3-torch and libtorch-dev share one LibTorch)
+//     in a tree of C++ modules named as PyTorch names them ("fc1.weight"), so
+//     the monitor and the checkpoints see them; train()/eval() on it switch
+//     the Python module;
+//   - optimizers(): each torch.optim optimizer as a ForeignOptimizer over the
+//     same param groups, its lr read and set in the Python group, its state
+//     read and written in optimizer.state;
+//   - taps: forward hooks (python side) and spikehunt.tap() call tap() here;
+//   - a Python exception is a ForeignError (harness/training_error.h): its
+//     type, message and the last frame in the user's file; the traceback for
+//     --verbose. A wrong return type is an InputError (exit 2) naming the
+//     file, the method and what it must return.
+// The GIL: cli_main runs without it; every call into Python takes it.
+#include <torch/extension.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <thread>
+#include <map>
+#include <set>
+#include <unordered_set>
+
+#include "base/error.h"
+#include "base/program.h"
+#include "cli/cli.h"
+#include "base/files.h"
+#include "harness/burst.h"
+#include "harness/checkpoint.h"
+#include "harness/report.h"
+#include "harness/results.h"
+#include "harness/trace.h"
+#include "harness/record.h"
+#include "harness/training_error.h"
+#include "scenarios/optimizers.h"
+#include "scenarios/registry.h"
+#include "scenarios/scenario.h"
+#include "spikehunt/version.h"
+
+namespace py = pybind11;
+
+namespace spikehunt {
+namespace {
+
+// A Python object held by C++ objects that may be copied or destroyed
+// without the GIL (options cloned by LibTorch, a scenario ending).
+class PyRef {
+ public:
+  PyRef() = default;
+  explicit PyRef(py::object o) : obj_(std::move(o)) {}
+  PyRef(const PyRef& o) {
+    py::gil_scoped_acquire gil;
+    obj_ = o.obj_;
+  }
+  PyRef& operator=(const PyRef& o) {
+    py::gil_scoped_acquire gil;
+    obj_ = o.obj_;
+    return *this;
+  }
+  ~PyRef() {
+    if (!obj_ || !Py_IsInitialized()) return;
+    py::gil_scoped_acquire gil;
+    obj_ = py::object();
+  }
+  const py::object& get() const { return obj_; }
+
+ private:
+  py::object obj_;
+};
+
+std::string type_name(const py::handle& o) { return py::str(py::type::handle_of(o).attr("__name__")); }
+
+// A Python exception as the harness reports errors: "ValueError: bad
+// (train.py:42 in loss)", the frame the last one in `user_file` (else the
+// last one outside torch and spikehunt), and the whole traceback.
+ForeignError python_error(py::error_already_set& e, const std::string& user_file) {
+  py::gil_scoped_acquire gil;
+  const std::string type = e.type() ? std::string(py::str(e.type().attr("__name__"))) : "Exception";
+  const std::string message = e.value() ? std::string(py::str(e.value())) : "";
+  std::string where, traceback;
+  try {
+    py::module_ tb = py::module_::import("traceback");
+    py::list frames = tb.attr("extract_tb")(e.trace());
+    std::string fallback;
+    for (const py::handle f : frames) {
+      const std::string file = py::str(f.attr("filename"));
+      const std::string at = py::str(py::module_::import("os.path").attr("relpath")(file));
+      const std::string text = at + ":" + std::string(py::str(f.attr("lineno"))) + " in " +
+                               std::string(py::str(f.attr("name")));
+      if (!user_file.empty() && at == user_file) where = text;
+      if (file.find("/torch/") == std::string::npos && file.find("/spikehunt/") == std::string::npos) {
+        fallback = text;
+      }
+    }
+    if (where.empty()) where = fallback;
+    py::list lines = tb.attr("format_exception")(e.type(), e.value(), e.trace());
+    for (const py::handle l : lines) traceback += py::str(l);
+  } catch (const py::error_already_set&) {
+  }
+  std::string summary = type + (message.empty() ? "" : ": " + message);
+  if (!where.empty()) summary += " (" + where + ")";
+  return ForeignError(summary, traceback.empty() ? summary : traceback);
+}
+
+// Tap: the one a monitored forward runs under, and the names it was given
+// (the monitor may keep a name's pointer for the step).
+thread_local const Tap* current_tap = nullptr;
+const char* interned(const std::string& name) {
+  static std::mutex mutex;
+  static std::unordered_set<std::string> names;
+  std::lock_guard<std::mutex> lock(mutex);
+  return names.insert(name).first->c_str();
+}
+
+// ---- the model ----
+
+class ShellModule : public torch::nn::Module {
+ public:
+  explicit ShellModule(std::string name) : torch::nn::Module(std::move(name)) {}
+  void set_python(py::object module) { python_ = PyRef(std::move(module)); }
+  void train(bool on) override {
+    if (python_.get()) {
+      py::gil_scoped_acquire gil;
+      python_.get().attr("train")(on);
+    }
+    torch::nn::Module::train(on);
+  }
+
+ private:
+  PyRef python_;
+};
+
+std::shared_ptr<ShellModule> shell_of(const py::object& module) {
+  auto root = std::make_shared<ShellModule>(type_name(module));
+  std::map<std::string, std::shared_ptr<ShellModule>> parents = {{"", root}};
+  auto parent_of = [&](const std::string& path, std::string* leaf) {
+    const size_t dot = path.rfind('.');
+    *leaf = dot == std::string::npos ? path : path.substr(dot + 1);
+    const std::string parent = dot == std::string::npos ? "" : path.substr(0, dot);
+    std::shared_ptr<ShellModule> node = root;
+    std::string at;
+    size_t from = 0;
+    while (from < parent.size()) {
+      const size_t next = parent.find('.', from);
+      const std::string part = parent.substr(from, next == std::string::npos ? std::string::npos : next - from);
+      at = at.empty() ? part : at + "." + part;
+      auto it = parents.find(at);
+      if (it == parents.end()) {
+        auto child = std::make_shared<ShellModule>(part);
+        node->register_module(part, child);
+        it = parents.emplace(at, child).first;
+      }
+      node = it->second;
+      if (next == std::string::npos) break;
+      from = next + 1;
+    }
+    return node;
+  };
+  for (const py::handle item : module.attr("named_parameters")()) {
+    const auto pair = item.cast<py::tuple>();
+    std::string leaf;
+    auto node = parent_of(pair[0].cast<std::string>(), &leaf);
+    const torch::Tensor p = pair[1].cast<torch::Tensor>();
+    node->register_parameter(leaf, p, p.requires_grad());
+  }
+  for (const py::handle item : module.attr("named_buffers")()) {
+    const auto pair = item.cast<py::tuple>();
+    std::string leaf;
+    auto node = parent_of(pair[0].cast<std::string>(), &leaf);
+    const torch::Tensor b = pair[1].cast<torch::Tensor>();
+    if (b.defined()) node->register_buffer(leaf, b);
+  }
+  root->set_python(module);
+  return root;
+}
+
+// ---- the optimizers ----
+
+class PyGroupOptions : public torch::optim::OptimizerCloneableOptions<PyGroupOptions> {
+ public:
+  explicit PyGroupOptions(py::object group) : group_(std::move(group)) {}
+  double get_lr() const override {
+    py::gil_scoped_acquire gil;
+    return group_.get()["lr"].cast<double>();
+  }
+  void set_lr(const double lr) override {
+    py::gil_scoped_acquire gil;
+    group_.get()["lr"] = lr;
+  }
+
+ private:
+  PyRef group_;
+};
+
+std::vector<torch::optim::OptimizerParamGroup> groups_of(const py::object& optimizer) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  for (const py::handle g : optimizer.attr("param_groups")) {
+    std::vector<torch::Tensor> params;
+    for (const py::handle p : g["params"]) params.push_back(p.cast<torch::Tensor>());
+    groups.emplace_back(std::move(params), std::make_unique<PyGroupOptions>(py::reinterpret_borrow<py::object>(g)));
+  }
+  return groups;
+}
+
+// The per-parameter buffers of torch.optim's optimizers, in the order
+// checkpoints list them; another optimizer's are the ones its state holds.
+const std::map<std::string, std::vector<std::string>>& known_buffers() {
+  static const std::map<std::string, std::vector<std::string>> known = {
+      {"SGD", {"momentum_buffer"}},
+      {"Adam", {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}},
+      {"AdamW", {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}},
+      {"NAdam", {"exp_avg", "exp_avg_sq", "mu_product"}},
+      {"RAdam", {"exp_avg", "exp_avg_sq"}},
+      {"Adamax", {"exp_avg", "exp_inf"}},
+      {"RMSprop", {"square_avg", "momentum_buffer", "grad_avg"}},
+      {"Adagrad", {"sum"}},
+      {"Adadelta", {"square_avg", "acc_delta"}},
+  };
+  return known;
+}
+
+class PyOptimizer : public ForeignOptimizer {
+ public:
+  explicit PyOptimizer(py::object optimizer)
+      : ForeignOptimizer(groups_of(optimizer), std::make_unique<PyGroupOptions>(py::dict())),
+        optimizer_(optimizer),
+        class_(type_name(optimizer)) {
+    for (const py::handle g : optimizer.attr("param_groups")) {
+      for (const py::handle p : g["params"]) {
+        python_params_[p.cast<torch::Tensor>().unsafeGetTensorImpl()] = PyRef(py::reinterpret_borrow<py::object>(p));
+      }
+    }
+  }
+
+  torch::Tensor step(LossClosure closure = nullptr) override {
+    py::gil_scoped_acquire gil;
+    optimizer_.get().attr("step")();
+    return {};
+  }
+
+  std::optional<ParamState> read_state(const torch::Tensor& param) override {
+    py::gil_scoped_acquire gil;
+    const py::object state = optimizer_.get().attr("state");
+    const py::object p = python_param(param);
+    if (!py::bool_(state.attr("__contains__")(p))) return std::nullopt;
+    const py::dict s = state[p];
+    ParamState out;
+    std::vector<std::string> order = buffer_names_locked(&s);
+    for (const std::string& name : order) {
+      if (!s.contains(name)) continue;
+      const py::object v = s[name.c_str()];
+      if (THPVariable_Check(v.ptr()) && v.cast<torch::Tensor>().sizes() == param.sizes()) {
+        out.buffers.push_back({name, v.cast<torch::Tensor>()});
+      }
+    }
+    if (s.contains("step")) {
+      const py::object v = s["step"];
+      out.step = THPVariable_Check(v.ptr()) ? int64_t(v.cast<torch::Tensor>().item<double>()) : v.cast<int64_t>();
+    }
+    if (out.buffers.empty()) return std::nullopt;
+    return out;
+  }
+
+  void write_state(const torch::Tensor& param, const ParamState& state) override {
+    py::gil_scoped_acquire gil;
+    py::dict s;
+    for (const NamedTensor& b : state.buffers) s[b.name.c_str()] = b.tensor;
+    // torch.optim (1.13) keeps its step counts as float tensors.
+    if (state.step) s["step"] = torch::tensor(double(*state.step), torch::kFloat32);
+    optimizer_.get().attr("state")[python_param(param)] = s;
+  }
+
+  void clear_states() override {
+    py::gil_scoped_acquire gil;
+    optimizer_.get().attr("state").attr("clear")();
+  }
+
+  std::vector<std::string> buffer_names() override {
+    py::gil_scoped_acquire gil;
+    return buffer_names_locked(nullptr);
+  }
+
+  bool keeps_step() override {
+    static const std::set<std::string> stepped = {"Adam", "AdamW", "NAdam", "RAdam", "Adamax", "RMSprop", "Adagrad", "Adadelta"};
+    if (stepped.count(class_)) return true;
+    py::gil_scoped_acquire gil;
+    for (const py::handle s : optimizer_.get().attr("state").attr("values")()) {
+      if (s.cast<py::dict>().contains("step")) return true;
+    }
+    return false;
+  }
+
+  const py::object& python() const { return optimizer_.get(); }
+
+ private:
+  py::object python_param(const torch::Tensor& param) const {
+    const auto it = python_params_.find(param.unsafeGetTensorImpl());
+    if (it == python_params_.end()) throw std::logic_error("a parameter this optimizer does not update");
+    return it->second.get();
+  }
+
+  // The known buffers of this class, then any other tensor name the state holds.
+  std::vector<std::string> buffer_names_locked(const py::dict* one) const {
+    std::vector<std::string> names;
+    if (const auto it = known_buffers().find(class_); it != known_buffers().end()) names = it->second;
+    auto add = [&](const py::dict& s) {
+      for (const auto item : s) {
+        const std::string name = py::str(item.first);
+        if (name != "step" && THPVariable_Check(item.second.ptr()) &&
+            std::find(names.begin(), names.end(), name) == names.end()) {
+          names.push_back(name);
+        }
+      }
+    };
+    if (one != nullptr) {
+      add(*one);
+    } else {
+      for (const py::handle s : optimizer_.get().attr("state").attr("values")()) add(s.cast<py::dict>());
+    }
+    return names;
+  }
+
+  PyRef optimizer_;
+  std::string class_;
+  std::map<const void*, PyRef> python_params_;
+};
+
+// ---- the scenario ----
+
+class PyScenario : public Scenario {
+ public:
+  PyScenario(const TrainingConfig& config, PyObject* cls, std::string file) : file_(std::move(file)) {
+    bind_config(config);
+    py::gil_scoped_acquire gil;
+    const py::handle type(cls);
+    class_ = py::str(type.attr("__name__"));
+    call("__init__", [&] {
+      // Seeds from the config: LibTorch's (Python's torch shares it), random's, NumPy's if imported.
+      torch::manual_seed(config.seed);
+      py::module_::import("random").attr("seed")(config.seed);
+      py::dict modules = py::module_::import("sys").attr("modules");
+      if (modules.contains("numpy")) modules["numpy"].attr("random").attr("seed")(config.seed % (uint64_t(1) << 32));
+      py::object values = py::module_::import("json").attr("loads")(config_to_json(config).dump());
+      py::object package = py::module_::import("spikehunt");
+      obj_ = PyRef(type(package.attr("Config")(values)));
+      return 0;
+    });
+    py::object module = call("model", [&] { return obj_.get().attr("model")(); });
+    if (!py::isinstance(module, py::module_::import("torch.nn").attr("Module"))) {
+      throw wrong_return("model", module, "a torch.nn.Module");
+    }
+    module_ = PyRef(module);
+    model_ = shell_of(module);
+    py::object opts = call("optimizers", [&] { return obj_.get().attr("optimizers")(); });
+    const py::object optimizer_type = py::module_::import("torch.optim").attr("Optimizer");
+    auto add = [&](const std::string& name, const py::handle o) {
+      if (!py::isinstance(o, optimizer_type)) {
+        throw wrong_return("optimizers", py::reinterpret_borrow<py::object>(o),
+                           "a torch.optim.Optimizer or a dict {name: optimizer}");
+      }
+      optimizers_.push_back(std::make_unique<PyOptimizer>(py::reinterpret_borrow<py::object>(o)));
+      names_.push_back(name);
+    };
+    if (py::isinstance<py::dict>(opts)) {
+      for (const auto item : opts.cast<py::dict>()) add(py::str(item.first), item.second);
+    } else if (py::isinstance<py::list>(opts) || py::isinstance<py::tuple>(opts)) {
+      size_t i = 0;
+      for (const py::handle o : opts) add(i++ == 0 ? "optimizer" : "optimizer" + std::to_string(i - 1), o);
+    } else {
+      add("optimizer", opts);
+    }
+    if (optimizers_.empty()) throw wrong_return("optimizers", opts, "at least one torch.optim.Optimizer");
+    hooks_ = PyRef(call("taps", [&] {
+      return package().attr("_install_taps")(obj_.get(), module, file_);
+    }));
+    own_skip_ = py::hasattr(type, "skip_batches");  // the base class has neither
+    own_clip_ = py::hasattr(type, "grad_clip");
+    const py::object steps = call("planned_steps", [&] { return obj_.get().attr("planned_steps")(); });
+    if (!py::isinstance<py::int_>(steps)) throw wrong_return("planned_steps", steps, "an int");
+    planned_ = steps.cast<int64_t>();
+    const py::object phases = call("phase_names", [&] { return obj_.get().attr("phase_names")(); });
+    try {
+      phases_ = phases.cast<std::vector<std::string>>();
+    } catch (const py::cast_error&) {
+      throw wrong_return("phase_names", phases, "a list of str");
+    }
+    const py::object classes = call("num_classes", [&] { return obj_.get().attr("num_classes")(); });
+    if (!py::isinstance<py::int_>(classes)) throw wrong_return("num_classes", classes, "an int");
+    classes_ = classes.cast<int64_t>();
+    for (const auto& p : model_->parameters()) {
+      device_ = p.device();
+      break;
+    }
+  }
+
+  ~PyScenario() override {
+    py::gil_scoped_acquire gil;
+    optimizers_.clear();
+    model_.reset();
+    hooks_ = PyRef();
+    module_ = PyRef();
+    obj_ = PyRef();
+  }
+
+  torch::nn::Module& model() override { return *model_; }
+  torch::optim::Optimizer& optimizer() override { return *optimizers_.front(); }
+  std::vector<NamedOptimizer> optimizers() override {
+    std::vector<NamedOptimizer> out;
+    for (size_t i = 0; i < optimizers_.size(); ++i) out.push_back({names_[i], optimizers_[i].get()});
+    return out;
+  }
+
+  torch::Tensor forward(const torch::Tensor& inputs, const Tap& tap) override {
+    py::gil_scoped_acquire gil;
+    const Tap* outer = current_tap;
+    current_tap = &tap;
+    set_tapping(tap.on());
+    struct Restore {
+      const Tap* outer;
+      ~Restore() { current_tap = outer; }
+    } restore{outer};
+    py::object out = call("forward", [&] { return obj_.get().attr("forward")(inputs); });
+    set_tapping(false);
+    return tensor_of(out, "forward", "a torch.Tensor of outputs");
+  }
+
+  torch::Tensor loss(const torch::Tensor& outputs, const torch::Tensor& targets) override {
+    py::gil_scoped_acquire gil;
+    py::object out = call("loss", [&] { return obj_.get().attr("loss")(outputs, targets); });
+    return tensor_of(out, "loss", "a torch.Tensor holding one number");
+  }
+
+  std::optional<Batch> next_batch() override {
+    py::gil_scoped_acquire gil;
+    py::object b = call("next_batch", [&] { return obj_.get().attr("next_batch")(); });
+    if (b.is_none()) return std::nullopt;
+    Batch batch = batch_of(b, "next_batch");
+    batch.step = step_++;
+    return batch;
+  }
+
+  std::vector<Batch> heldout(int64_t max_samples) override {
+    py::gil_scoped_acquire gil;
+    py::object list = call("heldout", [&] { return obj_.get().attr("heldout")(max_samples); });
+    std::vector<Batch> out;
+    if (list.is_none()) return out;
+    if (!py::isinstance<py::list>(list) && !py::isinstance<py::tuple>(list)) {
+      throw wrong_return("heldout", list, "a list of (inputs, targets)");
+    }
+    for (const py::handle b : list) out.push_back(batch_of(py::reinterpret_borrow<py::object>(b), "heldout"));
+    return out;
+  }
+
+  int64_t skip_batches(int64_t n) override {
+    if (!own_skip_) return Scenario::skip_batches(n);
+    py::gil_scoped_acquire gil;
+    py::object skipped = call("skip_batches", [&] { return obj_.get().attr("skip_batches")(n); });
+    if (!py::isinstance<py::int_>(skipped)) throw wrong_return("skip_batches", skipped, "an int (batches skipped)");
+    step_ += skipped.cast<int64_t>();
+    return skipped.cast<int64_t>();
+  }
+
+  int64_t planned_steps() const override { return planned_; }
+  std::vector<std::string> phase_names() const override { return phases_; }
+  int64_t num_classes() const override { return classes_; }
+  torch::Device device() const override { return device_; }
+
+  double grad_clip() const override {
+    if (!own_clip_) return Scenario::grad_clip();
+    py::gil_scoped_acquire gil;
+    py::object v = const_cast<PyScenario*>(this)->call("grad_clip", [&] { return obj_.get().attr("grad_clip")(); });
+    if (!py::isinstance<py::float_>(v) && !py::isinstance<py::int_>(v)) throw wrong_return("grad_clip", v, "a number");
+    return v.cast<double>();
+  }
+
+  void optimizer_step() override {
+    py::gil_scoped_acquire gil;
+    call("optimizer_step", [&] { return obj_.get().attr("optimizer_step")(); });
+  }
+
+ private:
+  static py::module_ package() { return py::module_::import("spikehunt"); }
+
+  void set_tapping(bool on) {
+    if (on == tapping_) return;
+    package().attr("_tapping") = py::bool_(on);
+    tapping_ = on;
+  }
+
+  template <class F>
+  auto call(const char* method, F&& f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (py::error_already_set& e) {
+      if (e.matches(package().attr("ContractError"))) {
+        throw InputError(file_, class_ + "." + method + "()", "", py::str(e.value()).cast<std::string>());
+      }
+      throw python_error(e, file_);
+    }
+  }
+
+  InputError wrong_return(const std::string& method, const py::object& got, const std::string& expected) const {
+    const std::string what = got.is_none() ? "None" : "a " + type_name(got);
+    return InputError(file_, class_ + "." + method + "()", "", "returned " + what + ": it must return " + expected);
+  }
+
+  torch::Tensor tensor_of(const py::object& o, const char* method, const std::string& expected) const {
+    if (!THPVariable_Check(o.ptr())) throw wrong_return(method, o, expected);
+    return o.cast<torch::Tensor>();
+  }
+
+  Batch batch_of(const py::object& b, const char* method) const {
+    Batch batch;
+    const std::string expected = "(inputs, targets) of torch.Tensor, a spikehunt.Batch, or None at the end";
+    if (py::isinstance(b, package().attr("Batch"))) {
+      batch.inputs = tensor_of(b.attr("inputs"), method, expected);
+      batch.targets = tensor_of(b.attr("targets"), method, expected);
+      batch.phase = b.attr("phase").cast<int64_t>();
+      batch.epoch = b.attr("epoch").cast<int64_t>();
+      batch.batch = b.attr("batch").cast<int64_t>();
+    } else if ((py::isinstance<py::tuple>(b) || py::isinstance<py::list>(b)) && py::len(b) == 2) {
+      batch.inputs = tensor_of(b[py::int_(0)], method, expected);
+      batch.targets = tensor_of(b[py::int_(1)], method, expected);
+      batch.batch = step_;
+    } else {
+      throw wrong_return(method, b, expected);
+    }
+    return batch;
+  }
+
+  std::string file_, class_;
+  PyRef obj_, module_, hooks_;
+  std::shared_ptr<ShellModule> model_;
+  std::vector<std::unique_ptr<PyOptimizer>> optimizers_;
+  std::vector<std::string> names_;
+  int64_t planned_ = 0, classes_ = 10, step_ = 0;
+  std::vector<std::string> phases_;
+  torch::Device device_ = torch::kCPU;
+  bool own_skip_ = false, own_clip_ = false, tapping_ = false;
+};
+
+// ---- the monitor inside a loop of the user's own (spikehunt.Watch) ----
+//
+// The user's loop computes the outputs and the loss; w.step(loss, inputs,
+// targets) hands them, with the taps its hooks collected, to a burst that
+// runs on a thread of its own over a LoopScenario: its next_batch() waits
+// for the handoff, forward() replays the taps and returns the outputs,
+// loss() returns the loss, and the Trainer then does what the contract says
+// (zero the gradients, backward, clip, step every optimizer). So the
+// monitor, the health judge, the trace, the checkpoints and fail-fast are
+// run_burst's own. w.step() waits for the step's record.
+class LoopScenario : public Scenario {
+ public:
+  struct Step {
+    torch::Tensor inputs, targets, outputs, loss;
+    std::vector<std::pair<std::string, torch::Tensor>> taps;
+  };
+
+  LoopScenario(const py::object& module, const py::list& optimizers, int64_t planned, int64_t classes)
+      : planned_(planned), classes_(classes) {
+    model_ = shell_of(module);
+    for (const py::handle o : optimizers) optimizers_.push_back(std::make_unique<PyOptimizer>(py::reinterpret_borrow<py::object>(o)));
+    for (const auto& p : model_->parameters()) {
+      device_ = p.device();
+      break;
+    }
+  }
+  ~LoopScenario() override {
+    py::gil_scoped_acquire gil;
+    optimizers_.clear();
+    model_.reset();
+  }
+
+  // The user's thread: hands one step over and waits for its record (nullopt: the burst is over).
+  std::optional<StepRecord> step(Step s) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (over_) return std::nullopt;
+    pending_ = std::move(s);
+    record_.reset();
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return record_.has_value() || over_; });
+    std::optional<StepRecord> r = std::move(record_);
+    record_.reset();
+    return r;
+  }
+  void close() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closing_ = true;
+    cv_.notify_all();
+  }
+  // The burst's thread.
+  void recorded(const StepRecord& r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    record_ = r;
+    cv_.notify_all();
+  }
+  void ended() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    over_ = true;
+    cv_.notify_all();
+  }
+
+  torch::nn::Module& model() override { return *model_; }
+  torch::optim::Optimizer& optimizer() override { return *optimizers_.front(); }
+  std::vector<NamedOptimizer> optimizers() override {
+    std::vector<NamedOptimizer> out;
+    for (size_t i = 0; i < optimizers_.size(); ++i) {
+      out.push_back({i == 0 ? "optimizer" : "optimizer" + std::to_string(i), optimizers_[i].get()});
+    }
+    return out;
+  }
+  std::optional<Batch> next_batch() override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return pending_.has_value() || closing_; });
+    if (!pending_) return std::nullopt;
+    current_ = std::move(*pending_);
+    pending_.reset();
+    Batch b;
+    b.inputs = current_.inputs;
+    b.targets = current_.targets;
+    b.step = b.batch = step_++;
+    return b;
+  }
+  torch::Tensor forward(const torch::Tensor&, const Tap& tap) override {
+    for (const auto& [name, t] : current_.taps) tap(interned(name), t);
+    return current_.outputs;
+  }
+  torch::Tensor loss(const torch::Tensor&, const torch::Tensor&) override { return current_.loss; }
+  int64_t planned_steps() const override { return planned_; }
+  std::vector<std::string> phase_names() const override { return {"train"}; }
+  int64_t num_classes() const override { return classes_; }
+  torch::Device device() const override { return device_; }
+
+ private:
+  std::shared_ptr<ShellModule> model_;
+  std::vector<std::unique_ptr<PyOptimizer>> optimizers_;
+  int64_t planned_ = 0, classes_ = 10, step_ = 0;
+  torch::Device device_ = torch::kCPU;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::optional<Step> pending_;
+  Step current_;
+  std::optional<StepRecord> record_;
+  bool closing_ = false, over_ = false;
+};
+
+class Watch {
+ public:
+  Watch(const py::object& module, const py::list& optimizers, const std::string& out,
+        const std::vector<std::string>& overrides, bool fail_fast, bool checkpoints, int64_t planned, int64_t classes)
+      : config_(default_config(overrides)),
+        scenario_(std::make_unique<LoopScenario>(module, optimizers, planned, classes)),
+        dir_(std::make_unique<RunDirectory>(out, config_)),
+        writer_(std::make_unique<TraceWriter>(dir_->file("trace.jsonl"))) {
+    config_.name = "watch";
+    BurstOptions options;
+    options.keep_states = checkpoints;
+    options.fail_fast = fail_fast;
+    options.on_step = [this](const StepRecord& r) {
+      writer_->write(r);
+      scenario_->recorded(r);
+    };
+    thread_ = std::thread([this, options] {
+      try {
+        result_ = run_burst(*scenario_, config_.health, options);
+      } catch (const std::exception& e) {
+        error_ = e.what();
+      }
+      scenario_->ended();
+    });
+  }
+  ~Watch() {
+    if (thread_.joinable()) {
+      scenario_->close();
+      py::gil_scoped_release release;
+      thread_.join();
+    }
+  }
+
+  // The step's record as JSON, or "" when the burst is over.
+  std::string step(LoopScenario::Step s) {
+    std::optional<StepRecord> r;
+    {
+      py::gil_scoped_release release;
+      r = scenario_->step(std::move(s));
+    }
+    if (!r) return "";
+    nlohmann::json j = {{"step", r->step}, {"health", to_string(r->health)}, {"loss", r->loss}, {"rules", r->rules}};
+    if (r->fault) j["fault"] = r->fault->describe();
+    return j.dump();
+  }
+
+  // Ends the burst and writes the folder: trace.jsonl, verdict.json and the checkpoints.
+  std::string close() {
+    if (!thread_.joinable()) return path_;
+    scenario_->close();
+    {
+      py::gil_scoped_release release;
+      thread_.join();
+    }
+    if (!error_.empty()) throw std::runtime_error("the watch's burst failed: " + error_);
+    writer_->close();
+    nlohmann::json verdict = to_json(result_->verdict);
+    verdict["config_name"] = "watch";
+    write_file_atomic(dir_->file("verdict.json"), verdict.dump(2) + "\n");
+    auto save = [&](const std::optional<StateSnapshot>& s, const char* name, const char* meaning) {
+      if (s) write_checkpoint(dir_->file(name), s->tensors, {{"spikehunt", kVersion}, {"step", std::to_string(s->step)}, {"state", meaning}});
+    };
+    save(result_->last_healthy, "last_healthy.safetensors", "entering the onset step");
+    save(result_->first_bad, "first_bad.safetensors", "after the failure step");
+    path_ = dir_->commit();
+    text_ = verdict_text(result_->verdict, result_->trace);
+    return path_;
+  }
+  const std::string& text() const { return text_; }
+  std::string verdict_json() const { return result_ ? to_json(result_->verdict).dump() : "{}"; }
+
+ private:
+  TrainingConfig config_;
+  std::unique_ptr<LoopScenario> scenario_;
+  std::unique_ptr<RunDirectory> dir_;
+  std::unique_ptr<TraceWriter> writer_;
+  std::thread thread_;
+  std::optional<BurstResult> result_;
+  std::string error_, path_, text_;
+};
+
+nlohmann::json json_of(const py::object& o) {
+  return nlohmann::json::parse(py::module_::import("json").attr("dumps")(o).cast<std::string>());
+}
+
+}  // namespace
+}  // namespace spikehunt
+
+PYBIND11_MODULE(_core, m) {
+  using namespace spikehunt;
+  m.doc() = "spikehunt's C++ engine for Python scenarios (use the spikehunt package, not this module)";
+  m.attr("kVersion") = kVersion;
+
+  py::class_<ParamSpec>(m, "ParamSpec")
+      .def_static("number", &ParamSpec::number)
+      .def_static("integer", &ParamSpec::integer)
+      .def_static("boolean", &ParamSpec::boolean)
+      .def_static("string", &ParamSpec::string)
+      .def_static("list", [](std::string name, py::object default_value, std::string doc) {
+        return ParamSpec::list(std::move(name), json_of(default_value), std::move(doc));
+      })
+      .def_property_readonly("name", [](const ParamSpec& p) { return p.name; })
+      .def("__repr__", [](const ParamSpec& p) { return "ParamSpec(" + p.name + ")"; });
+
+  m.def("register_scenario", [](const std::string& name, py::object cls, const std::string& file,
+                                std::vector<ParamSpec> params) {
+    const std::string class_name = py::str(cls.attr("__name__"));
+    PyObject* type = cls.release().ptr();  // kept for the life of the process, as C++ makers are
+    register_scenario(name, [type, file](const TrainingConfig& c) { return std::make_unique<PyScenario>(c, type, file); },
+                      std::move(params));
+    set_python_scenario(name, class_name, file);
+  });
+
+  // One burst in this process: the config (a file, or the built-in default)
+  // with overrides; the verdict as JSON with the losses of every step.
+  m.def("run_config", [](const std::string& config_file, const std::vector<std::string>& overrides, bool monitor,
+                         bool fail_fast) {
+    const TrainingConfig config = config_file.empty() ? default_config(overrides) : load_config(config_file, overrides);
+    BurstOptions options;
+    options.monitor = monitor;
+    options.fail_fast = fail_fast;
+    nlohmann::json out;
+    {
+      py::gil_scoped_release release;
+      const BurstResult r = run_config(config, options);
+      out = to_json(r.verdict);
+      nlohmann::json losses = nlohmann::json::array();
+      for (const StepRecord& s : r.trace.recent()) losses.push_back(s.loss);
+      out["losses"] = losses;
+      nlohmann::json hashes = nlohmann::json::array();
+      for (const StepHashes& h : r.step_hashes) hashes.push_back(h.input.hex());
+      out["input_hashes"] = hashes;
+    }
+    return out.dump();
+  });
+
+  py::class_<Watch>(m, "Watch")
+      .def(py::init<const py::object&, const py::list&, const std::string&, const std::vector<std::string>&, bool, bool,
+                    int64_t, int64_t>())
+      .def("step", [](Watch& w, const torch::Tensor& loss, const torch::Tensor& inputs, const torch::Tensor& targets,
+                      const torch::Tensor& outputs, const std::vector<std::pair<std::string, torch::Tensor>>& taps) {
+        return w.step({inputs, targets, outputs, loss, taps});
+      })
+      .def("close", &Watch::close)
+      .def("text", &Watch::text)
+      .def("verdict", &Watch::verdict_json);
+
+  static py::exception<InputError> input_error(m, "InputError", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const InputError& e) {
+      PyErr_SetString(input_error.ptr(), e.what());
+    }
+  });
+
+  m.def("tap", [](const std::string& name, const torch::Tensor& t) {
+    if (current_tap != nullptr) (*current_tap)(interned(name), t);
+  });
+
+  m.def("cli_main", [](std::vector<std::string> argv, std::vector<std::string> command,
+                       std::vector<std::string> build_files) {
+    set_self_command(std::move(command), std::move(build_files));
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    py::gil_scoped_release release;
+    return cli_main(int(argv.size()), args.data());
+  });
+}

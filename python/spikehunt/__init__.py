@@ -1,0 +1,300 @@
+"""spikehunt for PyTorch code: your nn.Module, torch.optim optimizers, data and
+loss under spikehunt's monitor, sweeps, shrinking, replay, doctor and guard.
+
+    import torch, spikehunt
+
+    class Mine(spikehunt.Scenario):
+        taps = ["fc1", "fc2"]                 # submodules whose outputs the monitor reads
+        def __init__(self, config):
+            super().__init__(config)
+            self.net = Net(slope=config.params["slope"])
+            self.opt = torch.optim.SGD(self.net.parameters(), lr=config.optimizer.lr, momentum=0.9)
+            self.batches = iter(my_batches(seed=config.seed))
+        def model(self): return self.net
+        def optimizers(self): return self.opt
+        def next_batch(self): return next(self.batches, None)   # (inputs, targets) or None at the end
+        def planned_steps(self): return 100
+
+    spikehunt.register("mine", Mine, params=[spikehunt.number("slope", 0.01, 0, 1, "LeakyReLU slope")])
+    if __name__ == "__main__":
+        spikehunt.main()                      # python3 train.py sweep --config mine.json ...
+
+The contract is C++'s (scenarios/scenario.h; docs/python.md): the harness
+zeroes the gradients, calls forward, loss and backward, clips, sets the
+scheduled learning rates and calls optimizer_step. Your code must not call
+zero_grad(), backward() or step() itself.
+"""
+
+import inspect
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from . import _core
+from ._core import ParamSpec, kVersion as __version__
+
+__all__ = ["Scenario", "Batch", "Config", "register", "main", "tap", "number", "integer", "boolean",
+           "string", "values", "ContractError", "InputError", "run_config", "Watch", "NonFiniteError"]
+
+
+class ContractError(TypeError):
+    """A scenario class that does not follow the contract: names the file, the method and what was expected."""
+
+
+class Config:
+    """A training config (spikehunt's JSON) with attribute access: config.optimizer.lr,
+    config.seed, config.batch_size, config.params["slope"] (or config.params.slope)."""
+
+    def __init__(self, values):
+        self._values = values
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            value = self._values[name]
+        except KeyError:
+            raise AttributeError(f"the config has no field {name!r} (it has {', '.join(self._values)})") from None
+        return Config(value) if isinstance(value, dict) else value
+
+    def __getitem__(self, name):
+        value = self._values[name]
+        return Config(value) if isinstance(value, dict) else value
+
+    def __contains__(self, name):
+        return name in self._values
+
+    def get(self, name, default=None):
+        return self[name] if name in self._values else default
+
+    def to_dict(self):
+        return self._values
+
+    def __repr__(self):
+        return f"Config({self._values!r})"
+
+
+class Batch:
+    """A training batch. next_batch() may return (inputs, targets) instead; a Batch also says
+    where in the protocol it is: phase (an index into phase_names()), epoch and batch."""
+
+    __slots__ = ("inputs", "targets", "phase", "epoch", "batch")
+
+    def __init__(self, inputs, targets, phase=0, epoch=0, batch=0):
+        self.inputs, self.targets, self.phase, self.epoch, self.batch = inputs, targets, phase, epoch, batch
+
+
+class Scenario:
+    """Your training under spikehunt. Override model(), optimizers(), next_batch() and
+    planned_steps(); the rest have defaults.
+
+    taps: names of submodules (model().named_modules()) whose outputs the monitor reads
+    through forward hooks, or "leaves" for every module without children. Inside
+    forward, spikehunt.tap(name, tensor) exposes any other value.
+    """
+
+    taps = ()
+
+    def __init__(self, config):
+        self.config = config
+
+    def model(self):
+        """The torch.nn.Module being trained (the same object every call)."""
+        raise NotImplementedError
+
+    def optimizers(self):
+        """A torch.optim.Optimizer, or a dict {name: optimizer} for several."""
+        raise NotImplementedError
+
+    def forward(self, inputs):
+        return self.model()(inputs)
+
+    def loss(self, outputs, targets):
+        return F.cross_entropy(outputs, targets)
+
+    def next_batch(self):
+        """(inputs, targets) or a Batch; None when the protocol is done."""
+        raise NotImplementedError
+
+    def heldout(self, max_samples):
+        """Held-out batches, up to max_samples samples in all: a list of (inputs, targets)."""
+        return []
+
+    def planned_steps(self):
+        raise NotImplementedError
+
+    def phase_names(self):
+        return ["train"]
+
+    def num_classes(self):
+        return 10
+
+    def optimizer_step(self):
+        """Applies the gradients: steps every optimizer (override for an update of your own)."""
+        for o in _optimizer_list(self.optimizers()):
+            o.step()
+
+
+def _optimizer_list(optimizers):
+    if isinstance(optimizers, dict):
+        return list(optimizers.values())
+    if isinstance(optimizers, (list, tuple)):
+        return list(optimizers)
+    return [optimizers]
+
+
+_tapping = False  # set by _core while a monitored forward runs
+_watches = []     # the open Watches, whose loops tap() reports to
+
+
+def tap(name, tensor):
+    """Exposes a value inside forward() to the monitor under `name` (off outside a monitored step)."""
+    if _tapping:
+        _core.tap(name, tensor)
+    for w in _watches:
+        w._collect(name, tensor)
+    return tensor
+
+
+def _install_hooks(model, taps, sink, where):
+    """Forward hooks on the submodules `taps` names ("leaves": every module without children)
+    that call sink(name, output); returns their handles."""
+    modules = dict(model.named_modules())
+    if isinstance(taps, str):
+        if taps != "leaves":
+            raise ContractError(f"{where}: taps is {taps!r}: a list of submodule names, or \"leaves\" "
+                                f"for every module without children")
+        names = [n for n, m in modules.items() if n and not any(True for _ in m.children())]
+    else:
+        names = list(taps)
+    handles = []
+    for n in names:
+        if n not in modules:
+            close = [m for m in modules if m and (n in m or m in n)][:5]
+            raise ContractError(f"{where}: taps names {n!r}, which is not a submodule of the model "
+                                f"(it has {', '.join(close or [m for m in modules if m][:8])})")
+
+        def hook(module, inputs, output, name=n):
+            if isinstance(output, torch.Tensor):
+                sink(name, output)
+        handles.append(modules[n].register_forward_hook(hook))
+    return handles
+
+
+def _core_tap(name, tensor):
+    if _tapping:
+        _core.tap(name, tensor)
+
+
+def _install_taps(scenario, model, where):
+    """The scenario's taps as hooks (called once per scenario, by _core)."""
+    return _install_hooks(model, scenario.taps, _core_tap, f"{where}: {type(scenario).__name__}")
+
+
+_REQUIRED = {
+    "model": "returns the torch.nn.Module being trained",
+    "optimizers": "returns a torch.optim.Optimizer or a dict {name: optimizer}",
+    "next_batch": "returns (inputs, targets), a spikehunt.Batch, or None at the end",
+    "planned_steps": "returns the number of optimizer steps the protocol takes",
+}
+
+
+def _source_file(obj):
+    try:
+        return os.path.relpath(inspect.getsourcefile(obj) or "?")
+    except (TypeError, ValueError):
+        return "?"
+
+
+def _check_class(cls):
+    """The contract's problems with a class: [] when it follows it."""
+    where = _source_file(cls)
+    if not (isinstance(cls, type) and issubclass(cls, Scenario)):
+        return [f"{where}: {getattr(cls, '__name__', cls)!r} is not a subclass of spikehunt.Scenario"]
+    problems = []
+    for method, what in _REQUIRED.items():
+        if getattr(cls, method) is getattr(Scenario, method):
+            problems.append(f"{where}: {cls.__name__}.{method}() is missing: it {what}")
+    return problems
+
+
+def number(name, default, min, max, doc=""):
+    """A declared number param: config "params": {name: x} with min <= x <= max."""
+    return ParamSpec.number(name, float(default), float(min), float(max), doc)
+
+
+def integer(name, default, min, max, doc=""):
+    return ParamSpec.integer(name, int(default), int(min), int(max), doc)
+
+
+def boolean(name, default, doc=""):
+    return ParamSpec.boolean(name, bool(default), doc)
+
+
+def string(name, default, choices=(), doc=""):
+    return ParamSpec.string(name, default, list(choices), doc)
+
+
+def values(name, default, doc=""):
+    """A declared list param (a list of numbers, booleans or strings)."""
+    return ParamSpec.list(name, list(default), doc)
+
+
+_problems = []
+
+
+def register(name, cls, params=()):
+    """Registers a Scenario subclass under `name`: configs with "scenario": name train it.
+    `params` declares its knobs (number(), integer(), boolean(), string(), values())."""
+    problems = _check_class(cls)
+    if problems:
+        _problems.extend(problems)
+        return
+    _core.register_scenario(name, cls, _source_file(cls), list(params))
+
+
+def main(argv=None, exit=True, _command=None, _build_files=None):
+    """The whole spikehunt command line on this program's scenarios (python3 train.py VERB ...).
+    Sweeps start this script again for their workers. Exits with spikehunt's exit code
+    (0 ok, 1 a finding, 2 bad input, 3 internal error) unless exit=False, then returns it."""
+    if argv is None:
+        argv = sys.argv
+    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if _problems:
+        for p in _problems:
+            print(f"error: {p}", file=sys.stderr)
+        rc = 2
+    else:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.reconfigure(line_buffering=True)
+            except (AttributeError, ValueError):
+                pass
+        is_script = os.path.isfile(script)
+        command = _command or ([sys.executable, script] if is_script else [sys.executable])
+        build_files = [_core.__file__] + (_build_files if _build_files is not None else [script] if is_script else [])
+        invoked = argv[0] if _command else "python3 " + (sys.argv[0] if sys.argv else "")
+        rc = _core.cli_main([invoked] + list(argv[1:]), command, build_files)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if exit:
+        sys.exit(rc)
+    return rc
+
+
+InputError = _core.InputError  # bad input: a config, a flag, a return type (the CLI's exit 2)
+
+
+def run_config(overrides=(), config=None, monitor=True, fail_fast=False):
+    """Trains one burst in this process: the config file `config` (default: the built-in
+    default config) with `overrides` ("optimizer.lr=0.3", "scenario=\\"mine\\"", ...).
+    Returns the verdict as a dict (outcome, onset_step, failure_step, fault, ...) with
+    "losses" (each step's loss, the last 1,024) and "input_hashes" (each step's).
+    A bad config raises spikehunt.InputError."""
+    import json
+    return json.loads(_core.run_config(config or "", list(overrides), monitor, fail_fast))
+
+
+from .watch import NonFiniteError, Watch  # noqa: E402  (the monitor inside a loop of your own)

@@ -1,0 +1,56 @@
+"""python3 -m spikehunt --module FILE.py [--module ...] VERB [flags]: the command
+line on the scenarios that FILE.py registers, for code that does not call
+spikehunt.main() itself. A file that fails to import is bad input (exit 2)
+naming the file and line. Sweeps start `python3 -m spikehunt --module FILE.py`
+again for their workers."""
+import os
+import runpy
+import sys
+import traceback
+
+import spikehunt
+
+
+def _load(path):
+    """Runs the file as a module (not as __main__); None, or an error line naming file:line."""
+    try:
+        runpy.run_path(path, run_name="spikehunt_module")
+        return None
+    except SyntaxError as e:
+        return f"{os.path.relpath(e.filename or path)}:{e.lineno}: cannot import it: SyntaxError: {e.msg}"
+    except BaseException as e:  # noqa: B902  (SystemExit and KeyboardInterrupt too: nothing was run yet)
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if os.path.abspath(f.filename) == path]
+        where = f"{os.path.relpath(path)}:{frames[-1].lineno}" if frames else os.path.relpath(path)
+        return f"{where}: cannot import it: {type(e).__name__}: {e}"
+
+
+def run(argv):
+    modules = []
+    rest = list(argv)
+    while rest and rest[0] in ("--module", "-m") or rest and rest[0].startswith("--module="):
+        if rest[0].startswith("--module="):
+            modules.append(rest.pop(0).split("=", 1)[1])
+            continue
+        rest.pop(0)
+        if not rest:
+            print("error: python3 -m spikehunt: --module needs a file", file=sys.stderr)
+            return 2
+        modules.append(rest.pop(0))
+    command = [sys.executable, "-m", "spikehunt"]
+    for m in modules:
+        path = os.path.abspath(m)
+        if not os.path.isfile(path):
+            print(f"error: {m}: --module names no file", file=sys.stderr)
+            return 2
+        problem = _load(path)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+        command += ["--module", path]
+    invoked = "python3 -m spikehunt" + "".join(f" --module {m}" for m in modules)
+    return spikehunt.main([invoked] + rest, exit=False, _command=command,
+                          _build_files=[os.path.abspath(m) for m in modules])
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1:]))
