@@ -96,6 +96,30 @@ grep -q "equal: the same 9 samples" "$work/compare.log" || fail "compare said eq
 [ -f "$out/report.html" ] || fail "the merge wrote the report"
 echo "one machine (-j 2): $one_ms ms; 3-shard array (1 CPU each) + merge (2 CPUs), submission to merged: $sharded_ms ms"
 
+# ---- a PyTorch scenario: the user's script is the program, two shards merged ----
+# tests/python/tiny.py is executable (#!/usr/bin/python3) and calls spikehunt.main(): the array's
+# tasks and the merge run it as they run the binary, with the build tree's package on PYTHONPATH.
+if [ -d "$(dirname "$bin")/python/spikehunt" ]; then
+  export PYTHONPATH=$(dirname "$bin")/python${PYTHONPATH:+:$PYTHONPATH}
+  tiny=$src/tests/python/tiny.py
+  rc=0
+  (cd "$src" && "$tiny" sweep --space tests/python/tiny_space.json --runs 6 --seed 3 -j 2 --shrink-bursts 8 \
+    --max-shrinks 1 --no-progress --out "$work/py-one") >"$work/py-one.log" 2>&1 || rc=$?
+  [ $rc -le 1 ] || { tail -n 30 "$work/py-one.log"; fail "the one-machine Python sweep exited $rc"; }
+  out=$work/py-sharded
+  (cd "$src" && "$slurm/spikehunt-slurm" submit tests/python/tiny_space.json --runs 6 --shards 2 --seed 3 --cpus 1 \
+    --merge-cpus 2 --shrink-bursts 8 --max-shrinks 1 --out "$out" --spikehunt "$tiny") | tee "$work/py-submit.log"
+  # shellcheck disable=SC1091
+  source "$out/slurm/submission"
+  wait_jobs 300 "$ARRAY_JOB" "$MERGE_JOB"
+  grep -q "joined 6 run(s)" "$out"/slurm/merge-*.out || { cat "$out"/slurm/*.out; fail "the Python merge joined the 6 runs"; }
+  "$tiny" compare "$work/py-one" "$out" | tee "$work/py-compare.log" || fail "the merged Python sweep differs from one machine's"
+  grep -q "equal: the same 6 samples" "$work/py-compare.log" || fail "compare said equal (Python)"
+  echo "a Python scenario: 2-shard array + merge equal to one machine"
+else
+  echo "SKIPPED (part): no Python package in $(dirname "$bin")/python (SPIKEHUNT_PYTHON_PACKAGE=OFF)"
+fi
+
 # The search runs in a sweep folder (compare reads a folder against itself read-only, while its shard runs).
 runs_in() { "$bin" compare "$1" "$1" 2>/dev/null | sed -n "2s/.*: \([0-9]*\) runs,.*/\1/p"; }
 

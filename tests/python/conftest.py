@@ -1,0 +1,42 @@
+"""Shared helpers of the Python tests: run `python3 SCRIPT VERB ...` as a user
+does, from the repository root, with the build tree's package on PYTHONPATH
+(ctest sets it; tests/CMakeLists.txt)."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+SOURCE = os.environ.get("SPIKEHUNT_SOURCE",
+                        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+TINY = os.path.join("tests", "python", "tiny.py")
+CONFIG = os.path.join("tests", "python", "tiny.json")
+SPACE = os.path.join("tests", "python", "tiny_space.json")
+
+
+def spikehunt(*args, env=None, script=TINY, timeout=600):
+    """Runs `python3 SCRIPT ARGS` (SCRIPT: a path, or a list such as ["-m", "spikehunt"]) from the
+    repository root: (exit code, stdout, stderr)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    prefix = list(script) if isinstance(script, (list, tuple)) else [script]
+    p = subprocess.run([sys.executable, *prefix, *args], cwd=SOURCE, env=full_env, capture_output=True,
+                       text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def run_folder(out):
+    """The one result folder `run --out OUT` wrote."""
+    folders = [f for f in glob.glob(os.path.join(str(out), "*")) if os.path.isdir(f)]
+    assert len(folders) == 1, folders
+    return folders[0]
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)

@@ -1,0 +1,44 @@
+"""examples/python/ as a user runs them, and the package as `cmake --install`
+puts it for Debian's /usr/bin/python3."""
+import glob
+import os
+import subprocess
+import sys
+
+from conftest import CONFIG, SOURCE, TINY, read_json, read_jsonl, run_folder, spikehunt
+
+CNN = "examples/python/simple_cnn.py"
+CNN_CONFIG = "examples/python/simple_cnn.json"
+
+
+def test_the_motivating_case_in_pytorch_runs_on_fashion_mnist_in_its_protocol_and_replays(tmp_path):
+    for order, first in (("[0,1]", "domain A"), ("[1,0]", "domain B")):
+        out = tmp_path / first.replace(" ", "_")
+        rc, text, err = spikehunt("run", "--config", CNN_CONFIG, "--set", "max_batches_per_epoch=3",
+                                  "--set", f"protocol.task_order={order}", "--out", str(out), script=CNN)
+        assert rc == 0, text + err
+        folder = run_folder(out)
+        trace = read_jsonl(os.path.join(folder, "trace.jsonl"))
+        assert len(trace) == 9  # three phases of three batches
+        assert [r["phase"] for r in trace[::3]] == [first, "domain B" if first == "domain A" else "domain A", "all"]
+        assert set(trace[0]["activations"]) == {"conv1", "conv2_act", "fc1_act", "fc2"}  # hooks and spikehunt.tap
+        # The first phase's batches hold only its classes.
+        classes = [c for c, n in enumerate(trace[0]["label_histogram"]) if n]
+        assert set(classes) <= (set(range(5)) if first == "domain A" else set(range(5, 10))), classes
+    rc, text, err = spikehunt("replay", os.path.join(folder, "repro.json"), script=CNN)
+    assert rc == 0 and "reproduced" in text, text + err
+
+
+def test_the_installed_package_runs_a_scenario_without_the_build_tree(tmp_path):
+    build = os.environ.get("SPIKEHUNT_BUILD", os.path.join(SOURCE, "build"))
+    prefix = tmp_path / "prefix"
+    subprocess.run(["cmake", "--install", build, "--prefix", str(prefix)], check=True, capture_output=True)
+    packages = glob.glob(str(prefix / "lib" / "python3*" / "dist-packages"))
+    assert len(packages) == 1, os.listdir(prefix / "lib")
+    assert sorted(os.listdir(os.path.join(packages[0], "spikehunt")))[0:2] == ["__init__.py", "__main__.py"]
+    env = {"PYTHONPATH": packages[0]}
+    rc, out, err = spikehunt("run", "--config", CONFIG, "--out", str(tmp_path / "run"), env=env)
+    assert rc == 0, out + err
+    p = subprocess.run([sys.executable, "-c", "import spikehunt; print(spikehunt.__file__)"],
+                       env=dict(os.environ, **env), capture_output=True, text=True, cwd=str(tmp_path))
+    assert p.stdout.startswith(packages[0]), p.stdout + p.stderr

@@ -1,0 +1,78 @@
+"""spikehunt.Watch: the monitor inside a training loop of the user's own. The
+same loop as tests/python/tiny.py's scenario, written as a plain PyTorch loop,
+gives the same trace as `tiny.py run`; a loop that blows up is non-finite with
+its first non-finite tensor named; fail_fast raises at it."""
+import json
+import os
+import random
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import spikehunt
+from conftest import CONFIG, read_json, read_jsonl, run_folder, spikehunt as cli
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tiny  # noqa: E402
+
+
+def tiny_loop(out, lr=0.1, steps=12, **watch):
+    """tiny.py's scenario as a user's loop: the same seeds, model, optimizer and batches."""
+    random.seed(0)
+    torch.manual_seed(0)
+    net = tiny.Blobs(16)
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+    generator = torch.Generator().manual_seed(0)
+    jitter = random.random()
+    records = []
+    with spikehunt.Watch(net, opt, out=str(out), num_classes=4, **watch) as w:
+        for _ in range(steps):
+            x, y = tiny.blobs(32, generator)
+            loss = F.cross_entropy(net(x * (1 + 0.01 * jitter)), y)
+            records.append(w.step(loss, x, y))
+            if records[-1]["health"] == "non_finite":
+                break
+    return w, records
+
+
+def test_a_loop_under_watch_writes_the_trace_the_scenario_writes_under_run(tmp_path):
+    w, records = tiny_loop(tmp_path / "watch")
+    assert [r["step"] for r in records] == list(range(12))
+    assert all(r["health"] == "finite" for r in records)
+    watched = read_jsonl(os.path.join(w.path, "trace.jsonl"))
+    assert read_json(os.path.join(w.path, "verdict.json"))["outcome"] == "healthy"
+    rc, out, err = cli("run", "--config", CONFIG, "--out", str(tmp_path / "run"))
+    assert rc == 0, out + err
+    ran = read_jsonl(os.path.join(run_folder(tmp_path / "run"), "trace.jsonl"))
+    assert len(watched) == len(ran) == 12
+    for a, b in zip(watched, ran):
+        a.pop("step_ms"), b.pop("step_ms")
+        assert a == b  # hashes, loss, taps, every layer's gradient, parameter and momentum statistics
+
+
+def test_a_loop_that_blows_up_is_non_finite_naming_the_first_non_finite_tensor(tmp_path):
+    w, records = tiny_loop(tmp_path, lr=5, steps=80, rules={"param_jump_limit": 1000})
+    assert records[-1]["health"] == "non_finite"
+    v = w.verdict()
+    assert v["outcome"] == "non_finite" and v["onset_step"] < v["failure_step"]
+    assert v["fault"]["stage"] == "forward" and v["fault"]["tensor"] in ("fc1", "act", "fc2"), v["fault"]
+    assert sorted(os.listdir(w.path)) == ["first_bad.safetensors", "last_healthy.safetensors", "trace.jsonl",
+                                          "verdict.json"]
+    with pytest.raises(RuntimeError, match="the watch ended at step"):
+        w.step(torch.tensor(1.0, requires_grad=True), torch.zeros(1, 8), torch.zeros(1, dtype=torch.long))
+
+
+def test_fail_fast_raises_at_the_first_non_finite_tensor_naming_it_and_its_stage(tmp_path):
+    with pytest.raises(spikehunt.NonFiniteError, match=r"^step \d+: (fc1|act|fc2) \(forward\): "):
+        tiny_loop(tmp_path, lr=5, steps=80, fail_fast=True, rules={"param_jump_limit": 1000})
+    folders = os.listdir(tmp_path)
+    assert len(folders) == 1  # the watch closed and wrote what it saw
+    assert read_json(os.path.join(tmp_path, folders[0], "verdict.json"))["steps_run"] > 0
+
+
+def test_a_bad_tap_name_is_a_contract_error_naming_the_submodules():
+    net = tiny.Blobs(4)
+    with pytest.raises(spikehunt.ContractError, match="'fc3'.*fc1"):
+        spikehunt.Watch(net, torch.optim.SGD(net.parameters(), lr=0.1), taps=["fc3"])

@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""A tiny scenario for the Python tests: an MLP on seeded Gaussian blobs, a
+few steps. params.bug plants a bug; the test names what it expects."""
+import random
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import spikehunt
+
+
+class Blobs(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.fc1 = nn.Linear(8, width)
+        self.act = nn.LeakyReLU(0.01)
+        self.fc2 = nn.Linear(width, 4)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def blobs(n, generator):
+    centers = torch.randn(4, 8, generator=torch.Generator().manual_seed(1234)) * 3
+    labels = torch.randint(0, 4, (n,), generator=generator)
+    return centers[labels] + torch.randn(n, 8, generator=generator), labels
+
+
+class Tiny(spikehunt.Scenario):
+    taps = "leaves"
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.bug = config.params["bug"]
+        self.net = Blobs(int(config.params["width"]))
+        opt = config.optimizer
+        if opt.kind == "adam":
+            self.opt = torch.optim.Adam(self.net.parameters(), lr=opt.lr)
+        else:
+            self.opt = torch.optim.SGD(self.net.parameters(), lr=opt.lr, momentum=opt.momentum)
+        self.steps = config.max_batches_per_epoch or 12
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.heldout_set = blobs(64, torch.Generator().manual_seed(99))
+        self.jitter = random.random()  # Python's random, seeded from the config by spikehunt
+        self.done = 0
+
+    def model(self):
+        return self.net
+
+    def optimizers(self):
+        return self.opt
+
+    def forward(self, inputs):
+        if self.bug == "forward_returns_list":
+            return [self.net(inputs)]
+        return self.net(inputs * (1 + 0.01 * self.jitter))
+
+    def loss(self, outputs, targets):
+        if self.bug == "raise_in_loss" and self.done >= 3:
+            raise ValueError(f"no loss for step {self.done}")
+        return F.cross_entropy(outputs, targets)
+
+    def next_batch(self):
+        if self.done == self.steps:
+            return None
+        self.done += 1
+        return blobs(self.config.batch_size, self.generator)
+
+    def heldout(self, max_samples):
+        x, y = self.heldout_set
+        return [(x[:max_samples], y[:max_samples])]
+
+    def planned_steps(self):
+        return self.steps
+
+    def num_classes(self):
+        return 4
+
+
+class NoData(spikehunt.Scenario):
+    """Follows the contract but for next_batch(): a contract error when registered."""
+
+    def model(self):
+        return nn.Linear(2, 2)
+
+    def optimizers(self):
+        return torch.optim.SGD(self.model().parameters(), lr=0.1)
+
+    def planned_steps(self):
+        return 1
+
+
+spikehunt.register("tiny", Tiny, params=[
+    spikehunt.string("bug", "none", ["none", "raise_in_loss", "forward_returns_list"], "a planted bug"),
+    spikehunt.integer("width", 16, 1, 1024, "hidden units"),
+])
+import os  # noqa: E402
+if os.environ.get("TINY_BROKEN"):
+    spikehunt.register("nodata", NoData)
+
+if __name__ == "__main__":
+    spikehunt.main()
