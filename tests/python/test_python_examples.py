@@ -42,3 +42,16 @@ def test_the_installed_package_runs_a_scenario_without_the_build_tree(tmp_path):
     p = subprocess.run([sys.executable, "-c", "import spikehunt; print(spikehunt.__file__)"],
                        env=dict(os.environ, **env), capture_output=True, text=True, cwd=str(tmp_path))
     assert p.stdout.startswith(packages[0]), p.stdout + p.stderr
+
+
+def test_a_pytorch_gpt_on_real_text_under_lr_sensitivity(tmp_path):
+    rc, text, err = spikehunt("lr-sensitivity", "--config", "examples/python/gpt.json", "--set", "max_batches_per_epoch=6",
+                              "--set", "schedule.warmup_steps=2", "--lrs", "1e-3,3e-1", "--heldout", "64",
+                              "--out", str(tmp_path), script="examples/python/gpt.py")
+    assert rc == 0, text + err
+    points = read_json(os.path.join(tmp_path, "lr_sensitivity.json"))["variants"][0]["points"]
+    low, high = sorted(points, key=lambda p: p["lr"])
+    assert low["outcome"] == "healthy" and low["final_loss"] < low["init_loss"]  # it learns at 1e-3
+    assert high["diverged"]  # and not at 0.3
+    # The tapped attention logits (spikehunt.tap("block0_attn_logits", ...)) are read as the C++ GPT's are.
+    assert 0 < low["max_attention_logit"] < high["max_attention_logit"]

@@ -125,3 +125,13 @@ def test_declared_params_are_checked_like_cpp_ones(tmp_path):
     assert "params.widht" in err and "width" in err  # the unknown name, and did-you-mean
     rc, out, err = spikehunt("run", "--config", CONFIG, "--print-config")
     assert rc == 0 and '"width": 16' in out
+
+
+def test_the_doctor_names_a_python_exception_and_shows_its_traceback_only_with_verbose():
+    sets = ["--config", CONFIG, "--set", "params.bug=\"raise_in_loss\""]
+    rc, out, err = spikehunt("doctor", *sets)
+    assert rc == 1, out + err
+    assert "most likely cause: the training code throws in the loss stage: ValueError: no loss for step" in out
+    assert "Traceback" not in out
+    rc, out, err = spikehunt("doctor", *sets, "--verbose")
+    assert rc == 1 and "Traceback (most recent call last):" in out and 'raise ValueError(f"no loss' in out

@@ -79,3 +79,17 @@ def test_guard_records_a_baseline_and_checks_it(tmp_path):
     rc, text, err = spikehunt("guard", "check", "--suite", str(suite), "--baseline", str(baseline),
                               "--set", "optimizer.lr=10", "--set", "params.width=256")
     assert rc == 1, text + err
+
+
+def test_shrink_takes_a_failing_run_to_a_minimal_repro_that_replays(tmp_path):
+    from conftest import run_folder
+    rc, text, err = spikehunt("run", "--config", CONFIG, "--set", "optimizer.lr=10", "--set", "params.width=256",
+                              "--set", "max_batches_per_epoch=40", "--out", str(tmp_path / "run"))
+    assert rc == 1, text + err
+    rc, text, err = spikehunt("shrink", "--run", run_folder(tmp_path / "run"), "--space", SPACE, "--bursts", "16",
+                              "--out", str(tmp_path / "shrink"))
+    assert rc == 1, text + err  # the config fails: it was shrunk
+    minimal = read_json(str(tmp_path / "shrink" / "minimal.config.json"))
+    assert minimal["scenario"] == "tiny" and minimal["optimizer"]["lr"] <= 10
+    rc, text, err = spikehunt("replay", str(tmp_path / "shrink" / "minimal.repro.json"))
+    assert rc == 0 and "reproduced" in text, text + err
