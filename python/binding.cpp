@@ -355,6 +355,10 @@ class PyScenario : public Scenario {
     if (!py::isinstance(module, py::module_::import("torch.nn").attr("Module"))) {
       throw wrong_return("model", module, "a torch.nn.Module");
     }
+    if (!call("model", [&] { return obj_.get().attr("model")(); }).is(module)) {
+      throw InputError(file_, class_ + ".model()", "", "returned another module on its second call: it must return "
+                       "the same torch.nn.Module every call", "build the model once, in __init__, and return it");
+    }
     module_ = PyRef(module);
     model_ = shell_of(module);
     py::object opts = call("optimizers", [&] { return obj_.get().attr("optimizers")(); });
@@ -381,18 +385,14 @@ class PyScenario : public Scenario {
     }));
     own_skip_ = py::hasattr(type, "skip_batches");  // the base class has neither
     own_clip_ = py::hasattr(type, "grad_clip");
-    const py::object steps = call("planned_steps", [&] { return obj_.get().attr("planned_steps")(); });
-    if (!py::isinstance<py::int_>(steps)) throw wrong_return("planned_steps", steps, "an int");
-    planned_ = steps.cast<int64_t>();
-    const py::object phases = call("phase_names", [&] { return obj_.get().attr("phase_names")(); });
+    planned_ = integer_of(value_of("planned_steps"), "planned_steps");
+    const py::object phases = value_of("phase_names");
     try {
       phases_ = phases.cast<std::vector<std::string>>();
     } catch (const py::cast_error&) {
       throw wrong_return("phase_names", phases, "a list of str");
     }
-    const py::object classes = call("num_classes", [&] { return obj_.get().attr("num_classes")(); });
-    if (!py::isinstance<py::int_>(classes)) throw wrong_return("num_classes", classes, "an int");
-    classes_ = classes.cast<int64_t>();
+    classes_ = integer_of(value_of("num_classes"), "num_classes");
     for (const auto& p : model_->parameters()) {
       device_ = p.device();
       break;
@@ -450,10 +450,13 @@ class PyScenario : public Scenario {
     py::object list = call("heldout", [&] { return obj_.get().attr("heldout")(max_samples); });
     std::vector<Batch> out;
     if (list.is_none()) return out;
-    if (!py::isinstance<py::list>(list) && !py::isinstance<py::tuple>(list)) {
-      throw wrong_return("heldout", list, "a list of (inputs, targets)");
+    if (!py::hasattr(list, "__iter__") || THPVariable_Check(list.ptr())) {
+      throw wrong_return("heldout", list, "a list (or any iterable, a DataLoader) of (inputs, targets)");
     }
-    for (const py::handle b : list) out.push_back(batch_of(py::reinterpret_borrow<py::object>(b), "heldout"));
+    call("heldout", [&] {
+      for (const py::handle b : list) out.push_back(batch_of(py::reinterpret_borrow<py::object>(b), "heldout"));
+      return 0;
+    });
     return out;
   }
 
@@ -503,6 +506,20 @@ class PyScenario : public Scenario {
       }
       throw python_error(e, file_);
     }
+  }
+
+  // A method's value, or an attribute's (num_classes = 4 as well as def num_classes(self)).
+  py::object value_of(const char* name) {
+    return call(name, [&] {
+      py::object v = obj_.get().attr(name);
+      return PyCallable_Check(v.ptr()) ? v() : v;
+    });
+  }
+
+  // An int, or anything with __index__ (a NumPy integer); not a float.
+  int64_t integer_of(const py::object& v, const char* method) const {
+    if (py::isinstance<py::bool_>(v) || !py::hasattr(v, "__index__")) throw wrong_return(method, v, "an int");
+    return py::int_(v.attr("__index__")()).cast<int64_t>();
   }
 
   InputError wrong_return(const std::string& method, const py::object& got, const std::string& expected) const {

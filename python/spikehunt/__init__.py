@@ -177,6 +177,8 @@ def _install_hooks(model, taps, sink, where):
                                 f"(it has {', '.join(close or [m for m in modules if m][:8])})")
 
         def hook(module, inputs, output, name=n):
+            if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+                output = output[0]  # nn.LSTM, nn.MultiheadAttention: the output, not the states or weights
             if isinstance(output, torch.Tensor):
                 sink(name, output)
         handles.append(modules[n].register_forward_hook(hook))
@@ -217,6 +219,13 @@ def _check_class(cls):
     for method, what in _REQUIRED.items():
         if getattr(cls, method) is getattr(Scenario, method):
             problems.append(f"{where}: {cls.__name__}.{method}() is missing: it {what}")
+    try:
+        inspect.signature(cls).bind(object())
+    except TypeError:
+        problems.append(f"{where}: {cls.__name__}.__init__{inspect.signature(cls.__init__)} does not take the "
+                        f"config: it must be __init__(self, config) (and call super().__init__(config))")
+    except ValueError:
+        pass
     return problems
 
 
@@ -272,6 +281,10 @@ def main(argv=None, exit=True, _command=None, _build_files=None):
                 stream.reconfigure(line_buffering=True)
             except (AttributeError, ValueError):
                 pass
+        # The engine runs in C++ without the GIL, where Python's own handler would only set a
+        # flag: Ctrl-C ends the program as it ends the spikehunt binary (sweeps resume).
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         is_script = os.path.isfile(script)
         command = _command or ([sys.executable, script] if is_script else [sys.executable])
         build_files = [_core.__file__] + (_build_files if _build_files is not None else [script] if is_script else [])

@@ -9,8 +9,8 @@ import pytest
 
 from conftest import CONFIG, SOURCE, TINY, read_json, read_jsonl, run_folder, spikehunt
 
-# lr 10 on 256 hidden units: extreme from the first steps, non-finite at fc2's output later.
-EXPLODES = ["--set", "optimizer.lr=10", "--set", "params.width=256", "--set", "max_batches_per_epoch=40"]
+# lr 8 on 256 hidden units: extreme from the first steps, non-finite at fc2's output later.
+EXPLODES = ["--set", "optimizer.lr=8", "--set", "params.width=256", "--set", "max_batches_per_epoch=40"]
 
 
 def test_a_run_is_bit_identical_when_run_again_and_the_hooks_tap_every_leaf(tmp_path):
@@ -65,9 +65,9 @@ def test_a_failure_names_the_hooked_module_and_replays_bit_for_bit_also_from_its
 
 
 def test_a_replay_from_a_checkpoint_mid_run_matches(tmp_path):
-    # lr 3 (without the parameter-jump rule, which a tiny model's first steps trip): healthy
-    # first steps, extreme from step 3, non-finite at step 54; the checkpoint is the onset's.
-    rc, out, err = spikehunt("run", "--config", CONFIG, "--set", "optimizer.lr=3", "--set", "health.param_jump_limit=1000",
+    # lr 4 (without the parameter-jump rule, which a tiny model's first steps trip): healthy
+    # first steps, extreme from step 2, non-finite at step 32; the checkpoint is the onset's.
+    rc, out, err = spikehunt("run", "--config", CONFIG, "--set", "optimizer.lr=4", "--set", "health.param_jump_limit=1000",
                              "--set", "max_batches_per_epoch=60", "--out", str(tmp_path))
     folder = run_folder(tmp_path)
     v = read_json(os.path.join(folder, "verdict.json"))
@@ -100,7 +100,19 @@ def test_a_class_missing_a_method_is_bad_input_before_anything_runs():
     rc, out, err = spikehunt("run", "--config", CONFIG, env={"TINY_BROKEN": "1"})
     assert rc == 2, out + err
     assert f"error: {TINY}: NoData.next_batch() is missing" in err
+    assert f"error: {TINY}: NoConfig.__init__(self) does not take the config" in err
     assert out == ""
+
+
+def test_a_model_method_that_builds_a_new_module_each_call_is_bad_input(tmp_path):
+    rc, out, err = spikehunt("run", "--config", CONFIG, "--set", "scenario=\"new_model_each_call\"", "--out", str(tmp_path))
+    assert rc == 2, out + err
+    assert f"error: {TINY}: NewModelEachCall.model() returned another module on its second call" in err
+
+
+def test_numpy_integers_and_attributes_are_accepted(tmp_path):
+    rc, out, err = spikehunt("run", "--config", CONFIG, "--set", "scenario=\"numpy_and_attributes\"", "--out", str(tmp_path))
+    assert rc == 0, out + err
 
 
 def test_a_module_that_fails_to_import_is_bad_input_naming_the_file_and_line(tmp_path):

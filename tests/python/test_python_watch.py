@@ -7,6 +7,7 @@ import os
 import random
 import sys
 
+import numpy
 import pytest
 import torch
 import torch.nn.functional as F
@@ -21,11 +22,12 @@ import tiny  # noqa: E402
 def tiny_loop(out, lr=0.1, steps=12, **watch):
     """tiny.py's scenario as a user's loop: the same seeds, model, optimizer and batches."""
     random.seed(0)
+    numpy.random.seed(0)
     torch.manual_seed(0)
     net = tiny.Blobs(16)
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
     generator = torch.Generator().manual_seed(0)
-    jitter = random.random()
+    jitter = random.random() + numpy.random.rand()
     records = []
     with spikehunt.Watch(net, opt, out=str(out), num_classes=4, **watch) as w:
         for _ in range(steps):
@@ -53,7 +55,7 @@ def test_a_loop_under_watch_writes_the_trace_the_scenario_writes_under_run(tmp_p
 
 
 def test_a_loop_that_blows_up_is_non_finite_naming_the_first_non_finite_tensor(tmp_path):
-    w, records = tiny_loop(tmp_path, lr=5, steps=80, rules={"param_jump_limit": 1000})
+    w, records = tiny_loop(tmp_path, lr=4, steps=80, rules={"param_jump_limit": 1000})
     assert records[-1]["health"] == "non_finite"
     v = w.verdict()
     assert v["outcome"] == "non_finite" and v["onset_step"] < v["failure_step"]
@@ -66,7 +68,7 @@ def test_a_loop_that_blows_up_is_non_finite_naming_the_first_non_finite_tensor(t
 
 def test_fail_fast_raises_at_the_first_non_finite_tensor_naming_it_and_its_stage(tmp_path):
     with pytest.raises(spikehunt.NonFiniteError, match=r"^step \d+: (fc1|act|fc2) \(forward\): "):
-        tiny_loop(tmp_path, lr=5, steps=80, fail_fast=True, rules={"param_jump_limit": 1000})
+        tiny_loop(tmp_path, lr=4, steps=80, fail_fast=True, rules={"param_jump_limit": 1000})
     folders = os.listdir(tmp_path)
     assert len(folders) == 1  # the watch closed and wrote what it saw
     assert read_json(os.path.join(tmp_path, folders[0], "verdict.json"))["steps_run"] > 0

@@ -3,6 +3,7 @@
 few steps. params.bug plants a bug; the test names what it expects."""
 import random
 
+import numpy
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -42,7 +43,8 @@ class Tiny(spikehunt.Scenario):
         self.steps = config.max_batches_per_epoch or 12
         self.generator = torch.Generator().manual_seed(config.seed)
         self.heldout_set = blobs(64, torch.Generator().manual_seed(99))
-        self.jitter = random.random()  # Python's random, seeded from the config by spikehunt
+        # Python's random and NumPy's, seeded from the config by spikehunt: runs are bit-identical only if they are.
+        self.jitter = random.random() + numpy.random.rand()
         self.done = 0
 
     def model(self):
@@ -91,6 +93,28 @@ class NoData(spikehunt.Scenario):
         return 1
 
 
+class NoConfig(Tiny):
+    """Its __init__ takes no config: a contract error when registered."""
+
+    def __init__(self):
+        pass
+
+
+class NewModelEachCall(Tiny):
+    """model() builds a new module each call (a common slip): bad input when built."""
+
+    def model(self):
+        return Blobs(16)
+
+
+class NumpyAndAttributes(Tiny):
+    """planned_steps() a NumPy integer, num_classes an attribute: both accepted."""
+    num_classes = 4
+
+    def planned_steps(self):
+        return numpy.int64(self.steps)
+
+
 spikehunt.register("tiny", Tiny, params=[
     spikehunt.string("bug", "none", ["none", "raise_in_loss", "forward_returns_list"], "a planted bug"),
     spikehunt.integer("width", 16, 1, 1024, "hidden units"),
@@ -98,6 +122,11 @@ spikehunt.register("tiny", Tiny, params=[
 import os  # noqa: E402
 if os.environ.get("TINY_BROKEN"):
     spikehunt.register("nodata", NoData)
+    spikehunt.register("noconfig", NoConfig)
+spikehunt.register("new_model_each_call", NewModelEachCall, params=[
+    spikehunt.string("bug", "none", ["none"], ""), spikehunt.integer("width", 16, 1, 1024, "")])
+spikehunt.register("numpy_and_attributes", NumpyAndAttributes, params=[
+    spikehunt.string("bug", "none", ["none"], ""), spikehunt.integer("width", 16, 1, 1024, "")])
 
 if __name__ == "__main__":
     spikehunt.main()
