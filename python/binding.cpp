@@ -331,6 +331,37 @@ class PyOptimizer : public ForeignOptimizer {
   std::map<const void*, PyRef> python_params_;
 };
 
+// What a Python scenario and a Watch train: the model's shell, each optimizer
+// by name (a list's are "optimizer", "optimizer1", ...), the model's device.
+struct PyTraining {
+  std::shared_ptr<ShellModule> model;
+  std::vector<std::unique_ptr<PyOptimizer>> optimizers;
+  std::vector<std::string> names;
+  torch::Device device = torch::kCPU;
+
+  explicit PyTraining(const py::object& module) : model(shell_of(module)) {
+    for (const auto& p : model->parameters()) {
+      device = p.device();
+      break;
+    }
+  }
+  ~PyTraining() {
+    py::gil_scoped_acquire gil;
+    optimizers.clear();
+    model.reset();
+  }
+  void add(const py::handle& optimizer, std::string name = "") {
+    if (name.empty()) name = optimizers.empty() ? "optimizer" : "optimizer" + std::to_string(optimizers.size());
+    optimizers.push_back(std::make_unique<PyOptimizer>(py::reinterpret_borrow<py::object>(optimizer)));
+    names.push_back(std::move(name));
+  }
+  std::vector<NamedOptimizer> named() const {
+    std::vector<NamedOptimizer> out;
+    for (size_t i = 0; i < optimizers.size(); ++i) out.push_back({names[i], optimizers[i].get()});
+    return out;
+  }
+};
+
 // ---- the scenario ----
 
 class PyScenario : public Scenario {
@@ -360,7 +391,7 @@ class PyScenario : public Scenario {
                        "the same torch.nn.Module every call", "build the model once, in __init__, and return it");
     }
     module_ = PyRef(module);
-    model_ = shell_of(module);
+    training_ = std::make_unique<PyTraining>(module);
     py::object opts = call("optimizers", [&] { return obj_.get().attr("optimizers")(); });
     const py::object optimizer_type = py::module_::import("torch.optim").attr("Optimizer");
     auto add = [&](const std::string& name, const py::handle o) {
@@ -368,18 +399,16 @@ class PyScenario : public Scenario {
         throw wrong_return("optimizers", py::reinterpret_borrow<py::object>(o),
                            "a torch.optim.Optimizer or a dict {name: optimizer}");
       }
-      optimizers_.push_back(std::make_unique<PyOptimizer>(py::reinterpret_borrow<py::object>(o)));
-      names_.push_back(name);
+      training_->add(o, name);
     };
     if (py::isinstance<py::dict>(opts)) {
       for (const auto item : opts.cast<py::dict>()) add(py::str(item.first), item.second);
     } else if (py::isinstance<py::list>(opts) || py::isinstance<py::tuple>(opts)) {
-      size_t i = 0;
-      for (const py::handle o : opts) add(i++ == 0 ? "optimizer" : "optimizer" + std::to_string(i - 1), o);
+      for (const py::handle o : opts) add("", o);
     } else {
-      add("optimizer", opts);
+      add("", opts);
     }
-    if (optimizers_.empty()) throw wrong_return("optimizers", opts, "at least one torch.optim.Optimizer");
+    if (training_->optimizers.empty()) throw wrong_return("optimizers", opts, "at least one torch.optim.Optimizer");
     hooks_ = PyRef(call("taps", [&] {
       return package().attr("_install_taps")(obj_.get(), module, file_);
     }));
@@ -393,28 +422,19 @@ class PyScenario : public Scenario {
       throw wrong_return("phase_names", phases, "a list of str");
     }
     classes_ = integer_of(value_of("num_classes"), "num_classes");
-    for (const auto& p : model_->parameters()) {
-      device_ = p.device();
-      break;
-    }
   }
 
   ~PyScenario() override {
     py::gil_scoped_acquire gil;
-    optimizers_.clear();
-    model_.reset();
+    training_.reset();
     hooks_ = PyRef();
     module_ = PyRef();
     obj_ = PyRef();
   }
 
-  torch::nn::Module& model() override { return *model_; }
-  torch::optim::Optimizer& optimizer() override { return *optimizers_.front(); }
-  std::vector<NamedOptimizer> optimizers() override {
-    std::vector<NamedOptimizer> out;
-    for (size_t i = 0; i < optimizers_.size(); ++i) out.push_back({names_[i], optimizers_[i].get()});
-    return out;
-  }
+  torch::nn::Module& model() override { return *training_->model; }
+  torch::optim::Optimizer& optimizer() override { return *training_->optimizers.front(); }
+  std::vector<NamedOptimizer> optimizers() override { return training_->named(); }
 
   torch::Tensor forward(const torch::Tensor& inputs, const Tap& tap) override {
     py::gil_scoped_acquire gil;
@@ -472,7 +492,7 @@ class PyScenario : public Scenario {
   int64_t planned_steps() const override { return planned_; }
   std::vector<std::string> phase_names() const override { return phases_; }
   int64_t num_classes() const override { return classes_; }
-  torch::Device device() const override { return device_; }
+  torch::Device device() const override { return training_->device; }
 
   double grad_clip() const override {
     if (!own_clip_) return Scenario::grad_clip();
@@ -553,12 +573,9 @@ class PyScenario : public Scenario {
 
   std::string file_, class_;
   PyRef obj_, module_, hooks_;
-  std::shared_ptr<ShellModule> model_;
-  std::vector<std::unique_ptr<PyOptimizer>> optimizers_;
-  std::vector<std::string> names_;
+  std::unique_ptr<PyTraining> training_;
   int64_t planned_ = 0, classes_ = 10, step_ = 0;
   std::vector<std::string> phases_;
-  torch::Device device_ = torch::kCPU;
   bool own_skip_ = false, own_clip_ = false, tapping_ = false;
 };
 
@@ -580,18 +597,8 @@ class LoopScenario : public Scenario {
   };
 
   LoopScenario(const py::object& module, const py::list& optimizers, int64_t planned, int64_t classes)
-      : planned_(planned), classes_(classes) {
-    model_ = shell_of(module);
-    for (const py::handle o : optimizers) optimizers_.push_back(std::make_unique<PyOptimizer>(py::reinterpret_borrow<py::object>(o)));
-    for (const auto& p : model_->parameters()) {
-      device_ = p.device();
-      break;
-    }
-  }
-  ~LoopScenario() override {
-    py::gil_scoped_acquire gil;
-    optimizers_.clear();
-    model_.reset();
+      : training_(module), planned_(planned), classes_(classes) {
+    for (const py::handle o : optimizers) training_.add(o);
   }
 
   // The user's thread: hands one step over and waits for its record (nullopt: the burst is over).
@@ -623,15 +630,9 @@ class LoopScenario : public Scenario {
     cv_.notify_all();
   }
 
-  torch::nn::Module& model() override { return *model_; }
-  torch::optim::Optimizer& optimizer() override { return *optimizers_.front(); }
-  std::vector<NamedOptimizer> optimizers() override {
-    std::vector<NamedOptimizer> out;
-    for (size_t i = 0; i < optimizers_.size(); ++i) {
-      out.push_back({i == 0 ? "optimizer" : "optimizer" + std::to_string(i), optimizers_[i].get()});
-    }
-    return out;
-  }
+  torch::nn::Module& model() override { return *training_.model; }
+  torch::optim::Optimizer& optimizer() override { return *training_.optimizers.front(); }
+  std::vector<NamedOptimizer> optimizers() override { return training_.named(); }
   std::optional<Batch> next_batch() override {
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [&] { return pending_.has_value() || closing_; });
@@ -652,13 +653,11 @@ class LoopScenario : public Scenario {
   int64_t planned_steps() const override { return planned_; }
   std::vector<std::string> phase_names() const override { return {"train"}; }
   int64_t num_classes() const override { return classes_; }
-  torch::Device device() const override { return device_; }
+  torch::Device device() const override { return training_.device; }
 
  private:
-  std::shared_ptr<ShellModule> model_;
-  std::vector<std::unique_ptr<PyOptimizer>> optimizers_;
+  PyTraining training_;
   int64_t planned_ = 0, classes_ = 10, step_ = 0;
-  torch::Device device_ = torch::kCPU;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::optional<Step> pending_;
