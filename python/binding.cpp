@@ -438,15 +438,17 @@ class PyScenario : public Scenario {
 
   torch::Tensor forward(const torch::Tensor& inputs, const Tap& tap) override {
     py::gil_scoped_acquire gil;
-    const Tap* outer = current_tap;
+    struct Restore {  // also when forward throws
+      PyScenario* self;
+      const Tap* outer;
+      ~Restore() {
+        current_tap = outer;
+        self->set_tapping(false);
+      }
+    } restore{this, current_tap};
     current_tap = &tap;
     set_tapping(tap.on());
-    struct Restore {
-      const Tap* outer;
-      ~Restore() { current_tap = outer; }
-    } restore{outer};
     py::object out = call("forward", [&] { return obj_.get().attr("forward")(inputs); });
-    set_tapping(false);
     return tensor_of(out, "forward", "a torch.Tensor of outputs");
   }
 
