@@ -288,7 +288,8 @@ def main(argv=None, exit=True, _command=None, _build_files=None):
         is_script = os.path.isfile(script)
         command = _command or ([sys.executable, script] if is_script else [sys.executable])
         build_files = [_core.__file__] + (_build_files if _build_files is not None else [script] if is_script else [])
-        invoked = argv[0] if _command else "python3 " + (sys.argv[0] if sys.argv else "")
+        # Printed commands name this interpreter (another python3 may come first on PATH).
+        invoked = argv[0] if _command else f"{sys.executable} {sys.argv[0] if sys.argv else ''}"
         rc = _core.cli_main([invoked] + list(argv[1:]), command, build_files)
     sys.stdout.flush()
     sys.stderr.flush()

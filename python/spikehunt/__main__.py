@@ -47,7 +47,7 @@ def run(argv):
             print(f"error: {problem}", file=sys.stderr)
             return 2
         command += ["--module", path]
-    invoked = "python3 -m spikehunt" + "".join(f" --module {m}" for m in modules)
+    invoked = f"{sys.executable} -m spikehunt" + "".join(f" --module {m}" for m in modules)
     return spikehunt.main([invoked] + rest, exit=False, _command=command,
                           _build_files=[os.path.abspath(m) for m in modules])
 

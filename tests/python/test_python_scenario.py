@@ -55,7 +55,7 @@ def test_a_failure_names_the_hooked_module_and_replays_bit_for_bit_also_from_its
     assert v["outcome"] == "non_finite"
     assert v["fault"]["tensor"] == "fc2" and v["fault"]["stage"] == "forward", v["fault"]
     assert os.path.exists(os.path.join(folder, "last_healthy.safetensors"))
-    assert "replay it: python3 tests/python/tiny.py replay" in out  # the command to paste back
+    assert f"replay it: {sys.executable} tests/python/tiny.py replay" in out  # the command to paste back
     repro = os.path.join(folder, "repro.json")
     assert read_json(repro)["scenario_class"] == "Tiny"
     for extra in ([], ["--from-checkpoint"]):
@@ -128,7 +128,7 @@ def test_python_m_spikehunt_runs_the_scenarios_a_module_registers(tmp_path):
     rc, out, err = spikehunt("--module", TINY, "run", "--config", CONFIG, "--out", str(tmp_path),
                              script=["-m", "spikehunt"])
     assert rc == 0, out + err
-    assert f"replay it: python3 -m spikehunt --module {TINY} replay" in out
+    assert f"replay it: {sys.executable} -m spikehunt --module {TINY} replay" in out
 
 
 def test_declared_params_are_checked_like_cpp_ones(tmp_path):
