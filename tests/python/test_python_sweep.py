@@ -43,8 +43,10 @@ def test_a_sweep_killed_with_kill_9_resumes_with_nothing_lost(tmp_path):
     out = tmp_path / "sweep"
     args = [sys.executable, TINY, "sweep", "--space", SPACE, "--runs", "8", "--out", str(out), "--no-progress",
             "--max-shrinks", "0"]
+    # Two bursts train, the rest are held (tiny.py's TINY_HOLD): the kill lands mid-sweep on any machine.
+    env = dict(os.environ, TINY_HOLD="%s:2" % (tmp_path / "bursts"))
     p = subprocess.Popen(args, cwd=SOURCE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
+                         start_new_session=True, env=env)
     db = out / "sweep.db"
     deadline = time.time() + 120
     while time.time() < deadline:

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """A tiny scenario for the Python tests: an MLP on seeded Gaussian blobs, a
 few steps. params.bug plants a bug; the test names what it expects."""
+import os
 import random
+import time
 
 import numpy
 import torch
@@ -26,6 +28,16 @@ def blobs(n, generator):
     centers = torch.randn(4, 8, generator=torch.Generator().manual_seed(1234)) * 3
     labels = torch.randint(0, 4, (n,), generator=generator)
     return centers[labels] + torch.randn(n, 8, generator=generator), labels
+
+
+def hold():
+    """TINY_HOLD=FILE:N lets the first N bursts of all processes train and holds the
+    rest until killed, so a test can kill a sweep with exactly N runs committed."""
+    path, allowed = os.environ["TINY_HOLD"].rsplit(":", 1)
+    with open(path, "a") as f:
+        f.write(".")
+    if os.path.getsize(path) > int(allowed):
+        time.sleep(600)
 
 
 class Tiny(spikehunt.Scenario):
@@ -66,6 +78,8 @@ class Tiny(spikehunt.Scenario):
     def next_batch(self):
         if self.done == self.steps:
             return None
+        if self.done == 0 and os.environ.get("TINY_HOLD"):
+            hold()
         self.done += 1
         return blobs(self.config.batch_size, self.generator)
 
@@ -119,7 +133,6 @@ spikehunt.register("tiny", Tiny, params=[
     spikehunt.string("bug", "none", ["none", "raise_in_loss", "forward_returns_list"], "a planted bug"),
     spikehunt.integer("width", 16, 1, 1024, "hidden units"),
 ])
-import os  # noqa: E402
 if os.environ.get("TINY_BROKEN"):
     spikehunt.register("nodata", NoData)
     spikehunt.register("noconfig", NoConfig)
