@@ -46,19 +46,28 @@ enum Rank {  // as docs/doctor.md's table numbers them
   kRankCodeError = 1,
   kRankBadInputValues = 2,
   kRankNanInput = 3,
-  kRankCoverage = 4,
-  kRankInputScale = 5,
-  kRankLossMismatch = 6,
-  kRankFrozen = 7,
-  kRankOpMakesNaN = 8,
-  kRankShiftedLabels = 9,
-  kRankDeadUnits = 10,
-  kRankOverflow = 11,
-  kRankGradientFlow = 12,
-  kRankCollapse = 13,
-  kRankOverfit = 14,
-  kRankHealth = 15,
-  kRankGradRange = 16,
+  kRankLossShapes = 4,
+  kRankOneClass = 5,
+  kRankConstantOutput = 6,
+  kRankEvalRandom = 7,
+  kRankCoverage = 8,
+  kRankHeldoutInputs = 9,
+  kRankInputScale = 10,
+  kRankLossMismatch = 11,
+  kRankLossDomain = 12,
+  kRankLrSchedule = 13,
+  kRankGradAccumulation = 14,
+  kRankFrozen = 15,
+  kRankOpMakesNaN = 16,
+  kRankLossUnstableAfterNaN = 17,  // the loss probe, when the run's own NaN already points at the loss
+  kRankShiftedLabels = 18,
+  kRankDeadUnits = 19,
+  kRankOverflow = 20,
+  kRankGradientFlow = 21,
+  kRankCollapse = 22,
+  kRankOverfit = 23,
+  kRankHealth = 24,
+  kRankGradRange = 25,
 };
 
 constexpr double kDeadShare = 0.5;          // a layer is flagged when this share of its units is dead
@@ -241,6 +250,33 @@ struct Watched {
   std::vector<Prediction> predictions;
   std::string output_layer;
   std::unique_ptr<Scenario> trained;  // the watched scenario after a finite run (null otherwise)
+  torch::Tensor outputs_before, outputs_after;  // on the fixed batch, in eval mode (after: a finite run only)
+  // Every parameter, model order: its name, optimizer (-1: none), whether it
+  // requires grad, got a nonzero gradient, and changed during the run.
+  struct Param {
+    std::string name;
+    int optimizer = -1;
+    bool trainable = false, had_grad = false, changed = false;
+  };
+  std::vector<Param> params;
+  std::vector<double> grads_after_step;         // per step: L2 of the gradients left after optimizer_step()
+  std::map<std::string, int64_t> not_training;  // module -> steps it trained in eval mode
+};
+
+// A classification loss is at least 0, and a stable one stays finite when
+// the outputs are scaled to large but finite values (max |x| 200).
+struct LossProbe {
+  bool ran = false;
+  double scale = 0;         // max |output| it was probed at
+  double value = 0;         // the loss there
+  double reference = 0;     // a stable implementation's value there
+  bool shift_ran = false;   // class ids: the outputs + 100 (softmax is shift-invariant)
+  double shifted = 0;       // the loss there (a hand-written exp overflows)
+  bool zero_ran = false;    // probabilities: every row certain of a wrong class (the label's p = 0)
+  double zero_prob = 0;     // the loss there (log(0) without an epsilon is Inf)
+  // Outputs and targets of different shapes at the loss (float targets): the
+  // loss's value as given and with the outputs viewed as the targets' shape.
+  bool shapes_differ = false, broadcast_changes_loss = false;
 };
 
 // ---- 1. training code error ----
@@ -308,25 +344,45 @@ VitalSign input_scale(const Probe& p) {
 
 // ---- 3. optimizer coverage ----
 
-VitalSign optimizer_coverage(Scenario& s) {
+// Measured over the watched run: a trainable parameter no declared optimizer
+// updates fails only when it also stayed at its initial value (something else,
+// e.g. a second optimizer stepped inside optimizer_step(), may move it: then it
+// is named as unmonitored); an optimized parameter that had gradients but
+// never changed fails too (the step is never applied).
+VitalSign optimizer_coverage(const Watched& w, size_t optimizers) {
   VitalSign v = sign("optimizer_coverage");
-  std::vector<std::string> missing;
+  std::vector<std::string> missing, moved_elsewhere, never_changed;
   int64_t trainable = 0;
-  for (const ParamSlot& p : parameter_slots(s)) {
-    if (!p.tensor.requires_grad()) continue;
+  for (const Watched::Param& p : w.params) {
+    if (!p.trainable) continue;
     ++trainable;
-    if (p.optimizer < 0) missing.push_back(p.name);
+    if (p.optimizer < 0) (p.changed ? moved_elsewhere : missing).push_back(p.name);
+    else if (p.had_grad && !p.changed) never_changed.push_back(p.name);
   }
-  const std::vector<NamedOptimizer> optimizers = s.optimizers();
-  v.data = {{"trainable", trainable}, {"not_optimized", missing}};
-  v.evidence = std::to_string(trainable) + " trainable parameter tensor(s), " + std::to_string(optimizers.size()) +
-               " optimizer(s)";
+  const bool measured = !w.records.empty() && w.verdict.outcome != Outcome::kCrashed;
+  v.data = {{"trainable", trainable}, {"not_optimized", missing}, {"changed_by_other_code", moved_elsewhere},
+            {"optimized_but_unchanged", never_changed}, {"steps", w.records.size()}};
+  v.evidence = std::to_string(trainable) + " trainable parameter tensor(s), " + std::to_string(optimizers) +
+               " optimizer(s)" + (measured ? ", compared before and after " + std::to_string(w.records.size()) + " steps" : "");
+  if (!moved_elsewhere.empty()) {
+    v.named = moved_elsewhere;
+    v.evidence += "; " + list(moved_elsewhere) + " changed though no declared optimizer holds them: something else "
+                  "updates them, so spikehunt neither monitors nor checkpoints their optimizer state (declare that "
+                  "optimizer in optimizers())";
+  }
   if (!missing.empty()) {
     v.named = missing;
-    v.evidence += "; no optimizer updates " + list(missing);
+    v.evidence += "; no optimizer updates " + list(missing) + (measured ? ", and they did not change" : "");
     fail(v, kRankCoverage, "no optimizer updates " + list(missing, 3) + ": they stay at their initial values",
          "pass every parameter to an optimizer (model->parameters()), or freeze them on purpose with "
          "requires_grad(false)");
+  } else if (measured && !never_changed.empty()) {
+    v.named = never_changed;
+    v.evidence += "; " + list(never_changed) + " had nonzero gradients but never changed";
+    fail(v, kRankCoverage,
+         "the optimizer never changes " + list(never_changed, 3) + " though they have gradients",
+         "the update is not applied: is optimizer.step() called (an overridden optimizer_step() that forgets it), "
+         "is the learning rate 0, or is the step undone afterwards?");
   }
   return v;
 }
@@ -437,8 +493,10 @@ VitalSign overfit_one_batch(const ScenarioFactory& make, const Probe& probe, con
   double first = NAN, last = NAN;
   int64_t steps = 0;
   bool converged = false, diverged = false;
+  std::vector<double> losses;
   for (; steps < o.overfit_steps; ++steps) {
     last = trainer.step(steps, {batch}, nullptr).item<double>();
+    losses.push_back(last);
     if (steps == 0) first = last;
     if (!std::isfinite(last)) {
       diverged = true;
@@ -449,8 +507,19 @@ VitalSign overfit_one_batch(const ScenarioFactory& make, const Probe& probe, con
       break;
     }
   }
-  // Falling, if slowly: below a quarter of the first loss and of chance level (log classes).
-  const bool fell = std::isfinite(last) && last <= 0.25 * std::min(first, std::log(double(probe.classes)));
+  // Falling, if slowly: below a quarter of the first loss and of chance level
+  // (log classes); or below 60% of the first loss and still falling over the
+  // last tenth of the budget (a low learning rate, a larger model).
+  const size_t tenth = losses.size() / 10;
+  auto mean = [&](size_t from, size_t to) {
+    double sum = 0;
+    for (size_t i = from; i < to; ++i) sum += losses[i];
+    return sum / double(std::max<size_t>(to - from, 1));
+  };
+  const bool still_falling = tenth >= 5 && last <= 0.6 * first &&
+                             mean(losses.size() - tenth, losses.size()) < 0.98 * mean(losses.size() - 2 * tenth, losses.size() - tenth);
+  const bool fell = std::isfinite(last) &&
+                    (last <= 0.25 * std::min(first, std::log(double(probe.classes))) || still_falling);
   v.data = {{"first_loss", number(first)}, {"final_loss", number(last)}, {"steps", steps},
             {"threshold", o.overfit_loss}, {"batch_size", batch.targets.size(0)}};
   v.evidence = "one batch of " + std::to_string(batch.targets.size(0)) + ": loss " + fmt(first) + " -> " + fmt(last) +
@@ -512,29 +581,60 @@ torch::Tensor fixed_outputs(Scenario& s, const Batch& b) {
   return guarded("forward", [&] { return s.forward(b.inputs, Tap()); }).detach().to(torch::kFloat64).clone();
 }
 
+// The modules (by name) not in training mode: the model must train in training mode.
+std::vector<std::string> modules_in_eval(torch::nn::Module& model) {
+  std::vector<std::string> out;
+  for (const auto& m : model.named_modules("model")) {
+    if (!m.value()->is_training()) out.push_back(m.key());
+  }
+  return out;
+}
+
 Watched watch(const ScenarioFactory& make, const Probe& p, const DoctorOptions& o) {
   Watched w;
   std::unique_ptr<Scenario> s = guarded("setup", make);
-  for (const ParamSlot& slot : parameter_slots(*s)) {
+  const std::vector<ParamSlot> slots = parameter_slots(*s);
+  std::vector<torch::Tensor> initial;
+  for (const ParamSlot& slot : slots) {
+    w.params.push_back({slot.name, slot.optimizer, slot.tensor.requires_grad(), false, false});
+    initial.push_back(slot.tensor.detach().clone());
     if (slot.tensor.dim() < 2) continue;
     w.weights.push_back(slot.name);
     w.weight_numel.push_back(slot.tensor.numel());
     w.trainable.push_back(slot.tensor.requires_grad());
   }
   if (!w.weights.empty()) w.output_layer = layer_of(w.weights.back());
-  const torch::Tensor before = fixed_outputs(*s, p.batches.front());
+  w.outputs_before = fixed_outputs(*s, p.batches.front());
   w.units_first = probe_units(*s, p, nullptr);
   HealthRules rules = o.rules;
   rules.stop_at = StopAt::kNonFinite;  // watch past the first extreme step
   BurstOptions options;
   options.max_steps = o.steps;
-  options.on_step = [&](const StepRecord& r) { w.records.push_back(r); };
+  options.on_step = [&](const StepRecord& r) {
+    w.records.push_back(r);
+    for (const std::string& m : modules_in_eval(s->model())) ++w.not_training[m];
+    torch::NoGradGuard no_grad;
+    double gsq = 0;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const torch::Tensor now = slots[i].tensor.detach();
+      // A gradient whose step float32 can register: lr x max |g| at least 1e-6 of max |p|.
+      const torch::Tensor g = slots[i].tensor.grad();
+      if (g.defined()) gsq += g.to(torch::kFloat64).square().sum().item<double>();
+      if (g.defined() && !w.params[i].had_grad) {
+        const double gmax = g.abs().max().item<double>(), pmax = now.abs().max().item<double>();
+        w.params[i].had_grad = gmax > 0 && r.lr * gmax >= 1e-6 * pmax;
+      }
+    }
+    w.grads_after_step.push_back(std::sqrt(gsq));
+  };
   w.verdict = run_burst(*s, rules, options).verdict;
   if (w.verdict.outcome == Outcome::kCrashed) return w;
+  for (size_t i = 0; i < slots.size(); ++i) w.params[i].changed = !torch::equal(slots[i].tensor.detach(), initial[i]);
   const torch::Tensor after = fixed_outputs(*s, p.batches.front());
-  w.outputs_moved = (after - before).abs().max().item<double>();
-  w.outputs_scale = before.abs().max().item<double>();
+  w.outputs_moved = (after - w.outputs_before).abs().max().item<double>();
+  w.outputs_scale = w.outputs_before.abs().max().item<double>();
   if (!w.verdict.failure_step) {
+    w.outputs_after = after;
     w.units_last = probe_units(*s, p, &w.predictions);
     w.trained = std::move(s);
   }
@@ -709,7 +809,7 @@ double magnitude(const StepRecord& r) {
   return m;
 }
 
-VitalSign non_finite_source(const Watched& w) {
+VitalSign non_finite_source(const Watched& w, const LossProbe& probe) {
   VitalSign v = sign("non_finite_source");
   if (!w.verdict.fault) {
     v.evidence = "every step of " + std::to_string(w.records.size()) + " stayed finite";
@@ -745,9 +845,17 @@ VitalSign non_finite_source(const Watched& w) {
   } else if (f.stage == Stage::kLoss) {
     v.evidence += ", from finite outputs (max |output| " + fmt(output_max) + ")";
     v.data["kind"] = "loss";
-    fail(v, kRankOpMakesNaN,
-         "the loss itself makes NaN/Inf from finite, moderate outputs: log(0), 0 x log(0) or a division by zero",
-         "add an epsilon, or use log_softmax / cross_entropy instead of log(softmax)");
+    if (probe.shift_ran && !std::isfinite(probe.shifted)) {
+      v.data["loss_probe"] = "exp_overflow";
+      fail(v, kRankOpMakesNaN,
+           "the loss itself makes NaN/Inf from finite outputs: exp overflows in a hand-written softmax (adding 100 to "
+           "every output, which a softmax ignores, makes the loss " + fmt(probe.shifted) + ")",
+           "subtract each row's max before exp, or use log_softmax / cross_entropy on the logits");
+    } else {
+      fail(v, kRankOpMakesNaN,
+           "the loss itself makes NaN/Inf from finite, moderate outputs: log(0), 0 x log(0) or a division by zero",
+           "add an epsilon, or use log_softmax / cross_entropy instead of log(softmax)");
+    }
   } else if (f.stage == Stage::kForward) {
     v.evidence += ", from finite, moderate values before it";
     v.data["kind"] = "forward";
@@ -771,7 +879,8 @@ VitalSign non_finite_source(const Watched& w) {
 
 // ---- 10. prediction collapse ----
 
-VitalSign prediction_collapse(const Watched& w, const Probe& p) {
+// `memorized`: the overfit check memorized one batch and saw no shifted labels.
+VitalSign prediction_collapse(const Watched& w, const Probe& p, bool memorized) {
   VitalSign v = sign("prediction_collapse");
   if (w.predictions.empty()) {
     return skipped("prediction_collapse", w.verdict.failure_step ? "the run went non-finite: nothing to predict with"
@@ -780,16 +889,20 @@ VitalSign prediction_collapse(const Watched& w, const Probe& p) {
   const int64_t c = p.classes;
   std::vector<std::vector<int64_t>> confusion(size_t(c), std::vector<int64_t>(size_t(c), 0));
   std::vector<int64_t> label_count(size_t(c), 0), predicted_count(size_t(c), 0);
-  int64_t correct = 0, n = 0;
+  int64_t correct = 0, n = 0, outside = 0;
   for (const Prediction& x : w.predictions) {
-    if (x.label < 0 || x.label >= c || x.predicted < 0 || x.predicted >= c) continue;
+    if (x.label < 0 || x.label >= c) {  // a label the output cannot name: wrong, not dropped
+      ++outside, ++n;
+      continue;
+    }
+    if (x.predicted < 0 || x.predicted >= c) continue;
     ++confusion[x.label][x.predicted];
     ++label_count[x.label];
     ++predicted_count[x.predicted];
     correct += x.label == x.predicted;
     ++n;
   }
-  if (n == 0) return skipped("prediction_collapse", "no probe label is a class of the output");
+  if (n == outside) return skipped("prediction_collapse", "no probe label is a class of the output");
   const int64_t majority = std::max_element(label_count.begin(), label_count.end()) - label_count.begin();
   const int64_t top = std::max_element(predicted_count.begin(), predicted_count.end()) - predicted_count.begin();
   const double accuracy = double(correct) / double(n), baseline = double(label_count[majority]) / double(n);
@@ -806,7 +919,7 @@ VitalSign prediction_collapse(const Watched& w, const Probe& p) {
   v.data = {{"accuracy", accuracy}, {"majority_baseline", baseline}, {"majority_class", majority},
             {"most_predicted_class", top}, {"most_predicted_share", top_share},
             {"training_majority_class", train_major}, {"training_majority_share", train_share},
-            {"confusion", confusion}};
+            {"labels_outside_output", outside}, {"confusion", confusion}};
   std::string matrix = "\n      confusion (rows: label, columns: prediction):";
   for (int64_t i = 0; i < c && c <= 20; ++i) {
     if (label_count[i] == 0) continue;
@@ -820,7 +933,11 @@ VitalSign prediction_collapse(const Watched& w, const Probe& p) {
   v.evidence = std::string(p.has_heldout ? "held-out" : "training-batch") + " accuracy " + percent(accuracy) + " over " +
                std::to_string(n) + " samples; always predicting the majority class " + std::to_string(majority) +
                " scores " + percent(baseline) + "; class " + std::to_string(top) + " gets " + percent(top_share) +
-               " of the predictions; the training labels are " +
+               " of the predictions" +
+               (outside ? " (" + std::to_string(outside) + " labels lie outside the output's " + std::to_string(c) +
+                              " classes: counted wrong)"
+                        : std::string()) +
+               "; the training labels are " +
                (train_total ? percent(train_share) + " class " + std::to_string(train_major) : std::string("unknown")) +
                matrix;
   if (accuracy <= baseline + 0.02) {
@@ -831,6 +948,12 @@ VitalSign prediction_collapse(const Watched& w, const Probe& p) {
                std::to_string(train_major),
            "the model learned the class frequencies, not the inputs: rebalance the data (resample) or weight the loss "
            "by inverse class frequency");
+    } else if (memorized && p.has_heldout) {
+      fail(v, kRankCollapse,
+           "the training labels look unrelated to the inputs: one batch is memorized, yet held-out accuracy stays "
+           "at chance (" + percent(accuracy) + ")",
+           "check that inputs and labels stay paired through the data pipeline (shuffled or sorted apart, an "
+           "index off, labels from another file)");
     } else {
       fail(v, kRankCollapse,
            "the predictions are no better than chance on balanced data (" + percent(top_share) + " go to class " +
@@ -890,6 +1013,370 @@ VitalSign monitor_health(const Watched& w) {
   return v;
 }
 
+// ---- invariants of correct training code, probed on any model ----
+
+std::string shape_text(const torch::Tensor& t) { return c10::str(t.sizes()); }
+
+// Targets a classification loss takes: class ids, or 0/1 (or probability) floats shaped like the outputs.
+bool binary_targets(const torch::Tensor& out, const torch::Tensor& y) {
+  if (!y.defined() || !y.is_floating_point() || y.numel() != out.numel() || y.numel() == 0) return false;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor f = y.detach().to(torch::kFloat64);
+  return f.min().item<double>() >= 0 && f.max().item<double>() <= 1;
+}
+
+// Outputs and targets at the loss: a float target whose shape differs from
+// the output's is broadcast ((N, 1) against (N) makes N x N pairs); and every
+// LibTorch warning raised while the doctor ran the code.
+VitalSign loss_shapes(const torch::Tensor& out, const Batch& b, const LossProbe& probe,
+                      const std::map<std::string, int64_t>& warnings) {
+  VitalSign v = sign("loss_shapes");
+  const torch::Tensor& y = b.targets;
+  v.data = {{"output", out.sizes().vec()}, {"target", y.defined() ? y.sizes().vec() : std::vector<int64_t>{}},
+            {"warnings", warnings}};
+  v.evidence = "outputs " + shape_text(out) + ", targets " + (y.defined() ? shape_text(y) : std::string("none"));
+  int64_t total = 0;
+  std::string shown;
+  bool size_warning = false;
+  for (const auto& [message, count] : warnings) {
+    total += count;
+    shown += "\n      " + std::to_string(count) + "x " + message;
+    size_warning = size_warning || message.find("target size") != std::string::npos ||
+                   message.find("broadcast") != std::string::npos;
+  }
+  if (total) v.evidence += "; LibTorch warned " + std::to_string(total) + " time(s), each once here:" + shown;
+  // The loss's own reshape (outputs.squeeze(1) inside loss()) is fine: only a
+  // loss whose value changes when the outputs take the targets' shape is broadcasting.
+  const bool mismatch = probe.shapes_differ && probe.broadcast_changes_loss;
+  if (mismatch || size_warning) {
+    v.named = {"loss"};
+    const std::string pair = "outputs " + shape_text(out) + " against targets " + shape_text(y);
+    fail(v, kRankLossShapes,
+         mismatch ? "the loss compares " + pair + ": they broadcast to every pair of samples, not sample to sample"
+                  : "LibTorch warns about the loss's shapes (" + pair + ")",
+         "make the shapes equal before the loss: outputs.squeeze(1) (or view(-1)) for a (N, 1) output, or "
+         "targets.view_as(outputs)");
+  }
+  return v;
+}
+
+// The model must use its input: at least one output differs between the
+// samples of the fixed batch, at the start or after the run.
+VitalSign input_dependence(const Watched& w) {
+  VitalSign v = sign("input_dependence");
+  auto spread = [](const torch::Tensor& o) {
+    if (!o.defined() || o.dim() < 1 || o.size(0) < 2) return double(NAN);
+    const torch::Tensor f = o.reshape({o.size(0), -1});
+    return (f - f.slice(0, 0, 1)).abs().max().item<double>() / (1e-12 + f.abs().max().item<double>());
+  };
+  const double first = spread(w.outputs_before), last = spread(w.outputs_after);
+  if (std::isnan(first)) return skipped("input_dependence", "no batch of two or more samples");
+  v.data = {{"relative_spread_start", number(first)}, {"relative_spread_end", number(last)}};
+  v.evidence = "outputs across the fixed batch's samples differ by " + fmt(first) + " (relative) at the start" +
+               (std::isnan(last) ? "" : ", " + fmt(last) + " at the end");
+  // Exactly the same output for every sample (a saturated or dead network comes close; dead_units tells that).
+  const bool constant = first <= 1e-12 && (std::isnan(last) || last <= 1e-12);
+  bool dead_layer = false;
+  for (const auto& l : w.units_first) dead_layer = dead_layer || l.share() >= 0.99;
+  if (constant) {
+    const torch::Tensor& o = w.outputs_before;
+    const bool one_unit = o.dim() == 2 && o.size(1) == 1;
+    const double value = o.reshape({-1})[0].item<double>();
+    v.named = {"output"};
+    v.evidence += ": every sample gets the same output (" + fmt(value) + ")";
+    fail(v, dead_layer ? kRankCollapse : kRankConstantOutput,
+         "the output does not depend on the input: every sample gets " + fmt(value) +
+             (one_unit && std::fabs(value - 1) < 1e-6 ? " (a softmax over one output unit is always 1)" : ""),
+         one_unit ? "a softmax (or log_softmax) over a single unit is constant: use sigmoid with "
+                    "binary_cross_entropy, or BCEWithLogits on the raw unit, or two output units"
+                  : "check that forward() uses its input (not a constant, a cached tensor or the wrong variable), "
+                    "and for a normalization over the wrong dimension");
+  }
+  return v;
+}
+
+// Evaluation is a function of its input: two eval passes of the same batch
+// agree, and a sample's output does not change when the rest of its batch
+// does. During training every module is in training mode.
+VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
+  VitalSign v = sign("eval_consistency");
+  const Batch& b = p.batches.front();
+  torch::Tensor a, again, part;
+  const int64_t n = b.inputs.dim() ? b.inputs.size(0) : 0;
+  {
+    EvalMode eval(s.model());
+    torch::NoGradGuard no_grad;
+    auto run = [&](const torch::Tensor& x) {
+      return guarded("forward", [&] { return s.forward(x, Tap()); }).detach().to(torch::kFloat64).clone();
+    };
+    a = run(b.inputs);
+    again = run(b.inputs);
+    if (n >= 4 && a.dim() >= 1 && a.size(0) == n) part = run(b.inputs.slice(0, 0, n / 2));
+  }
+  const double scale = a.abs().max().item<double>();
+  const double repeat = (a - again).abs().max().item<double>();
+  double predictions_differ = 0;
+  if (a.dim() == 2 && a.size(1) > 1) predictions_differ = (a.argmax(1) != again.argmax(1)).to(torch::kFloat64).mean().item<double>();
+  const double batch_effect =
+      part.defined() && part.sizes() == a.slice(0, 0, n / 2).sizes() ? (part - a.slice(0, 0, n / 2)).abs().max().item<double>() : 0;
+  v.data = {{"repeat_max_diff", number(repeat)}, {"predictions_differ", predictions_differ},
+            {"batch_effect_max_diff", number(batch_effect)}, {"output_scale", number(scale)}};
+  std::vector<std::string> eval_modules;
+  for (const auto& [m, steps] : w.not_training) eval_modules.push_back(m + " (" + std::to_string(steps) + " steps)");
+  v.data["eval_mode_during_training"] = eval_modules;
+  v.evidence = "two eval passes of one batch: max difference " + fmt(repeat) +
+               (predictions_differ > 0 ? " (" + percent(predictions_differ) + " of predicted classes differ)" : "") +
+               "; half of the batch alone: max difference " + fmt(batch_effect) + " (outputs up to " + fmt(scale) + ")";
+  if (!eval_modules.empty()) v.evidence += "; in eval mode during training steps: " + list(eval_modules);
+  if (repeat > 1e-5 * (1 + scale)) {
+    v.named = {"forward"};
+    fail(v, kRankEvalRandom,
+         "evaluation is random: two eval passes of the same batch differ by up to " + fmt(repeat) +
+             (predictions_differ > 0 ? " and disagree on " + percent(predictions_differ) + " of the predicted classes" : ""),
+         "dropout or noise stays on in eval mode: use Dropout modules (model.eval() turns them off), or pass "
+         "training=self.training (is_training()) to the functional dropout, whose default is on");
+  } else if (batch_effect > 1e-3 * (1e-3 + scale)) {
+    v.named = {"forward"};
+    fail(v, kRankEvalRandom,
+         "a sample's eval output depends on the other samples of its batch (up to " + fmt(batch_effect) + ")",
+         "something normalizes across the batch dimension in eval: softmax/mean/std over dim 0, a batch norm "
+         "that uses batch statistics in eval, or inputs standardized per batch");
+  } else if (w.not_training.count("model")) {
+    // The whole model (a submodule alone may be frozen in eval mode on purpose).
+    v.named = {"model"};
+    fail(v, kRankEvalRandom,
+         "the model trains in eval mode (" + std::to_string(w.not_training.at("model")) + " of " +
+             std::to_string(w.records.size()) + " steps): dropout is off and batch norm uses its running statistics",
+         "call model.train() before the training steps: an eval() for validation is never undone");
+  }
+  return v;
+}
+
+
+LossProbe probe_loss(Scenario& s, const torch::Tensor& out, const Batch& b) {
+  LossProbe r;
+  const bool ids = out.dim() == 2 && out.size(1) > 1 && class_ids(b.targets) &&
+                   b.targets.max().item<int64_t>() < out.size(1) && b.targets.min().item<int64_t>() >= 0;
+  const bool binary = !ids && binary_targets(out, b.targets);
+  const double m = out.abs().max().item<double>();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor& y = b.targets;
+  if (y.defined() && y.is_floating_point() && out.is_floating_point() && out.sizes() != y.sizes() && out.dim() >= 1 &&
+      y.dim() >= 1 && out.size(0) == y.size(0)) {
+    try {
+      at::infer_size(out.sizes(), y.sizes());  // broadcastable (else the loss throws: training_code_error)
+      r.shapes_differ = true;
+      if (out.numel() == y.numel()) {
+        const double as_is = s.loss(out, y).item<double>(), aligned = s.loss(out.reshape(y.sizes()), y).item<double>();
+        r.broadcast_changes_loss = !(std::fabs(as_is - aligned) <= 1e-6 * (1 + std::fabs(aligned)));
+      } else {
+        r.broadcast_changes_loss = true;
+      }
+    } catch (const std::exception&) {
+      r.shapes_differ = false;
+    }
+  }
+  if (ids) {
+    const torch::Tensor o = out.to(torch::kFloat64);
+    const bool probabilities = o.min().item<double>() >= -1e-6 && (o.sum(1) - 1).abs().max().item<double>() < 1e-4;
+    if (probabilities) {
+      const torch::Tensor wrong = torch::one_hot((y + 1) % out.size(1), out.size(1)).to(out.scalar_type());
+      try {
+        r.zero_prob = s.loss(wrong, y).item<double>();
+        r.zero_ran = true;
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  if (!(ids || binary) || !(m > 0) || !std::isfinite(m)) return r;
+  r.scale = 200;
+  const torch::Tensor big = (out * (r.scale / m)).to(out.scalar_type());
+  try {
+    r.value = s.loss(big, b.targets).item<double>();
+  } catch (const std::exception&) {
+    return r;
+  }
+  r.ran = true;
+  if (ids) {
+    try {
+      r.shifted = s.loss(out + 100.0, b.targets).item<double>();
+      r.shift_ran = true;
+    } catch (const std::exception&) {
+    }
+  }
+  const torch::Tensor big64 = big.to(torch::kFloat64);
+  r.reference = ids ? torch::nn::functional::cross_entropy(big64, b.targets).item<double>()
+                    : torch::nn::functional::binary_cross_entropy_with_logits(big64, b.targets.to(torch::kFloat64).view_as(big64))
+                          .item<double>();
+  return r;
+}
+
+VitalSign loss_domain(const Watched& w, const LossProbe& probe, bool classification) {
+  VitalSign v = sign("loss_domain");
+  double lowest = INFINITY;
+  int64_t at = -1;
+  for (const StepRecord& r : w.records) {
+    if (std::isfinite(r.loss) && r.loss < lowest) lowest = r.loss, at = r.step;
+  }
+  v.data = {{"min_loss", number(lowest)}, {"probe_scale", probe.scale}, {"probe_loss", number(probe.value)},
+            {"probe_reference", number(probe.reference)}};
+  v.evidence = (at >= 0 ? "lowest training loss " + fmt(lowest) + " (step " + std::to_string(at) + ")" : "no finite loss") +
+               (probe.ran ? "; outputs scaled to max |x| " + fmt(probe.scale) + ": loss " + fmt(probe.value) +
+                                " (a stable implementation: " + fmt(probe.reference) + ")"
+                          : "");
+  if (classification && at >= 0 && lowest < -1e-6) {
+    v.named = {"loss"};
+    fail(v, kRankLossDomain,
+         "the loss goes below 0 (" + fmt(lowest) + " at step " + std::to_string(at) + "): a classification loss cannot",
+         "nll_loss takes log-probabilities: give it log_softmax(outputs), not raw outputs or softmax; or the sign of "
+         "the loss is flipped");
+  } else if (probe.zero_ran && !std::isfinite(probe.zero_prob)) {
+    v.named = {"loss"};
+    v.evidence += "; outputs certain of a wrong class (the label's probability 0): loss " + fmt(probe.zero_prob);
+    const bool after_nan = w.verdict.fault && w.verdict.fault->stage == Stage::kLoss;
+    fail(v, after_nan ? kRankLossUnstableAfterNaN : kRankLossDomain,
+         "the loss takes the log of a probability that can be 0: a confidently wrong prediction makes it " +
+             fmt(probe.zero_prob),
+         "return log_softmax from the model and use nll_loss (or return logits and use cross_entropy) instead of "
+         "log(softmax(x)); or clamp the probabilities away from 0");
+  } else if (probe.ran && !std::isfinite(probe.value) && std::isfinite(probe.reference)) {
+    v.named = {"loss"};
+    const bool after_nan = w.verdict.fault && w.verdict.fault->stage == Stage::kLoss;
+    const bool overflow = probe.shift_ran && !std::isfinite(probe.shifted);
+    if (probe.shift_ran) v.evidence += "; outputs + 100: loss " + fmt(probe.shifted);
+    fail(v, after_nan ? kRankLossUnstableAfterNaN : kRankLossDomain,
+         overflow ? "the loss overflows: exp of a large output in a hand-written softmax (adding 100 to every output, "
+                    "which a softmax ignores, makes the loss " + fmt(probe.shifted) + ")"
+                  : "the loss is not numerically stable: " + fmt(probe.value) + " at outputs of magnitude " +
+                        fmt(probe.scale) + " (log of a probability that underflowed to 0)",
+         "use log_softmax / cross_entropy (or BCEWithLogits) on the logits instead of exp, softmax or sigmoid followed "
+         "by log; or subtract the row max before exp");
+  }
+  return v;
+}
+
+// Held-out inputs must be preprocessed like the training inputs.
+VitalSign heldout_inputs(const Probe& p) {
+  VitalSign v = sign("heldout_inputs");
+  if (!p.has_heldout) return skipped("heldout_inputs", "no held-out data");
+  auto stats = [](const std::vector<Batch>& batches, double* mean, double* std) {
+    double s = 0, sq = 0;
+    int64_t n = 0;
+    for (const Batch& b : batches) {
+      if (!b.inputs.is_floating_point()) return false;
+      const torch::Tensor x = b.inputs.detach().to(torch::kFloat64);
+      if (!torch::isfinite(x).all().item<bool>()) return false;
+      s += x.sum().item<double>(), sq += x.square().sum().item<double>(), n += x.numel();
+    }
+    if (n == 0) return false;
+    *mean = s / double(n);
+    *std = std::sqrt(std::max(0.0, sq / double(n) - *mean * *mean));
+    return true;
+  };
+  double mt = 0, st = 0, mh = 0, sh = 0;
+  if (!stats(p.batches, &mt, &st) || !stats(p.heldout, &mh, &sh)) {
+    return skipped("heldout_inputs", "the inputs are not finite floating-point values");
+  }
+  v.data = {{"train_mean", mt}, {"train_std", st}, {"heldout_mean", mh}, {"heldout_std", sh}};
+  v.evidence = "training inputs mean " + fmt(mt) + ", std " + fmt(st) + "; held-out inputs mean " + fmt(mh) + ", std " + fmt(sh);
+  const double ratio = st > 0 ? sh / st : (sh > 0 ? INFINITY : 1);
+  if (ratio > 2 || ratio < 0.5 || std::fabs(mh - mt) > std::max(st, 1e-12)) {
+    v.named = {"heldout"};
+    fail(v, kRankHeldoutInputs,
+         "the held-out inputs are preprocessed differently: mean " + fmt(mh) + " and std " + fmt(sh) +
+             " against the training inputs' " + fmt(mt) + " and " + fmt(st),
+         "apply the same transforms (scaling, normalization mean/std) to the held-out data as to the training data");
+  }
+  return v;
+}
+
+// Every training label one class: nothing to learn.
+VitalSign label_balance(const Watched& w, int64_t classes) {
+  VitalSign v = sign("label_balance");
+  std::vector<int64_t> count;
+  for (const StepRecord& r : w.records) {
+    if (count.size() < r.label_histogram.size()) count.resize(r.label_histogram.size(), 0);
+    for (size_t k = 0; k < r.label_histogram.size(); ++k) count[k] += r.label_histogram[k];
+  }
+  const int64_t total = std::accumulate(count.begin(), count.end(), int64_t{0});
+  if (total == 0 || classes < 2) return skipped("label_balance", "no class-id labels");
+  const int64_t top = std::max_element(count.begin(), count.end()) - count.begin();
+  int64_t present = 0;
+  for (int64_t c : count) present += c > 0;
+  v.data = {{"classes_present", present}, {"labels", total}, {"top_class", top},
+            {"top_share", double(count[size_t(top)]) / double(total)}};
+  v.evidence = std::to_string(present) + " of " + std::to_string(classes) + " classes in " + std::to_string(total) +
+               " training labels; class " + std::to_string(top) + " has " + percent(double(count[size_t(top)]) / double(total));
+  if (present == 1) {
+    v.named = {"class " + std::to_string(top)};
+    fail(v, kRankOneClass,
+         "every training label is class " + std::to_string(top) + " (" + std::to_string(total) + " labels)",
+         "the labels are lost in the data pipeline: a constant, a wrong column, an overwritten or zero-initialized "
+         "label tensor, or a filter that keeps one class");
+  }
+  return v;
+}
+
+// The applied learning rate must not fall to a negligible share of its peak early.
+VitalSign lr_schedule(const Watched& w) {
+  VitalSign v = sign("lr_schedule");
+  if (w.records.size() < 3) return skipped("lr_schedule", "fewer than 3 steps");
+  double peak = 0, last = 0;
+  int64_t fell = -1;
+  const int64_t planned = std::max<int64_t>(w.verdict.planned_steps, int64_t(w.records.size()));
+  for (const StepRecord& r : w.records) {
+    peak = std::max(peak, r.lr);
+    last = r.lr;
+    if (fell < 0 && peak > 0 && r.lr < 0.01 * peak) fell = r.step;
+  }
+  v.data = {{"peak", peak}, {"last", last}, {"fell_below_1pct_at", fell}, {"planned_steps", planned}};
+  v.evidence = "applied learning rate: peak " + fmt(peak) + ", " + fmt(last) + " at step " +
+               std::to_string(w.records.back().step) + " of " + std::to_string(planned) + " planned";
+  if (fell >= 0 && double(fell) < 0.25 * double(planned)) {
+    v.named = {"schedule"};
+    fail(v, kRankLrSchedule,
+         "the learning rate falls to under 1% of its peak (" + fmt(peak) + ") by step " + std::to_string(fell) +
+             " of " + std::to_string(planned) + " planned",
+         "a scheduler stepped per batch where it was meant per epoch, a decay factor or step size off by orders "
+         "of magnitude: training stops learning early");
+  }
+  return v;
+}
+
+// The gradient the optimizer applies is the gradient of this step's loss:
+// what optimizer_step() leaves in .grad, against what backward computed (the
+// monitor's grad norm). A ratio that keeps growing step after step is a sum
+// of gradients that is never reset (a missing zero_grad() in the user's own
+// step, a running sum); clipping or weight decay keep it flat.
+VitalSign grad_accumulation(const Watched& w) {
+  VitalSign v = sign("grad_accumulation");
+  const size_t n = std::min(w.grads_after_step.size(), w.records.size());
+  if (n < 8) return skipped("grad_accumulation", "fewer than 8 steps");
+  std::vector<double> ratio;
+  for (size_t i = 0; i < n; ++i) {
+    const double g = w.records[i].grad_norm;
+    ratio.push_back(g > 0 && std::isfinite(g) ? w.grads_after_step[i] / g : 1.0);
+  }
+  auto mean = [&](size_t from, size_t to) {
+    double s = 0;
+    for (size_t i = from; i < to; ++i) s += ratio[i];
+    return s / double(std::max<size_t>(to - from, 1));
+  };
+  const double first = ratio[0], last = mean(n - n / 4, n);
+  v.data = {{"ratio_first_step", number(first)}, {"ratio_last_quarter", number(last)}};
+  v.evidence = "gradient left after optimizer_step() / gradient of the step's loss: x" + fmt(first) +
+               " at the first step, x" + fmt(last) + " over the last quarter of " + std::to_string(n) + " steps";
+  if (last >= 2 && last >= 1.5 * first) {
+    v.named = {"optimizer_step"};
+    fail(v, kRankGradAccumulation,
+         "the gradients applied keep growing against the loss's own (x" + fmt(first) + " -> x" + fmt(last) +
+             "): gradients are summed across steps and never reset",
+         "zero the gradients (or the running sum) every step: optimizer.zero_grad() before backward, or clear "
+         "the accumulator after it is applied");
+  }
+  return v;
+}
+
 // ---- assembling ----
 
 Probe probe_scenario(Scenario& s, const DoctorOptions& o, DoctorReport* report) {
@@ -918,17 +1405,33 @@ Probe probe_scenario(Scenario& s, const DoctorOptions& o, DoctorReport* report) 
 
 }  // namespace
 
+namespace {
+
+// Counts every LibTorch warning (TORCH_WARN) by its text while the doctor runs the code.
+class WarningCounter : public c10::WarningHandler {
+ public:
+  void process(const c10::SourceLocation&, const std::string& msg, const bool) override {
+    ++counts[msg.substr(0, 400)];
+  }
+  std::map<std::string, int64_t> counts;
+};
+
+}  // namespace
+
 DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
   DoctorReport report;
-  static const char* const kAll[] = {"input_scale",       "optimizer_coverage", "loss_output_mismatch",
-                                     "overfit_one_batch", "frozen_output",      "gradient_flow",
-                                     "dead_units",        "non_finite_source",  "prediction_collapse",
-                                     "grad_norm_range",   "monitor_health"};
+  static const char* const kAll[] = {"input_scale",       "loss_shapes",       "label_balance",      "input_dependence",
+                                     "eval_consistency",  "optimizer_coverage", "heldout_inputs",    "loss_output_mismatch",
+                                     "loss_domain",       "lr_schedule",       "grad_accumulation",      "overfit_one_batch",
+                                     "frozen_output",     "gradient_flow",     "dead_units",         "non_finite_source",
+                                     "prediction_collapse", "grad_norm_range", "monitor_health"};
   auto rest_skipped = [&](const std::string& why) {
     for (const char* name : kAll) {
       if (report.find(name) == nullptr) report.signs.push_back(skipped(name, why));
     }
   };
+  WarningCounter warnings;
+  c10::Warning::WarningHandlerGuard capture(&warnings);
   VitalSign code = sign("training_code_error");
   report.signs.push_back(code);
   try {
@@ -939,9 +1442,15 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
       rest_skipped("the scenario has no training batch");
       return report;
     }
+    const size_t optimizers = s->optimizers().size();
+    parameter_slots(*s);  // the contract: every optimized tensor is a model parameter, none in two optimizers
     report.signs.push_back(input_scale(p));
-    report.signs.push_back(optimizer_coverage(*s));
     report.signs.push_back(loss_output_mismatch(*s, p.batches.front()));
+    const torch::Tensor first_out = [&] {
+      torch::NoGradGuard no_grad;
+      return guarded("forward", [&] { return s->forward(p.batches.front().inputs, Tap()); }).detach();
+    }();
+    const LossProbe probe = probe_loss(*s, first_out, p.batches.front());
     s.reset();
     report.signs.push_back(overfit_one_batch(make, p, o));
     Watched w = watch(make, p, o);
@@ -955,11 +1464,25 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
       VitalSign again = loss_output_mismatch(*w.trained, p.batches.front());
       if (!again.passed) again.evidence += " (after " + std::to_string(w.records.size()) + " steps)", m = again;
     }
+    {
+      std::unique_ptr<Scenario> fresh = guarded("setup", make);
+      report.signs.push_back(eval_consistency(*fresh, p, w));
+    }
+    report.signs.push_back(loss_shapes(first_out, p.batches.front(), probe, warnings.counts));
+    report.signs.push_back(label_balance(w, p.classes));
+    report.signs.push_back(input_dependence(w));
+    report.signs.push_back(optimizer_coverage(w, optimizers));
+    report.signs.push_back(heldout_inputs(p));
+    const bool classification = first_out.dim() == 2 && first_out.size(1) > 1 && class_ids(p.batches.front().targets);
+    report.signs.push_back(loss_domain(w, probe, classification || binary_targets(first_out, p.batches.front().targets)));
+    report.signs.push_back(lr_schedule(w));
+    report.signs.push_back(grad_accumulation(w));
     report.signs.push_back(frozen_output(w, p));
     report.signs.push_back(gradient_flow(w, o));
     report.signs.push_back(dead_units(w));
-    report.signs.push_back(non_finite_source(w));
-    report.signs.push_back(prediction_collapse(w, p));
+    report.signs.push_back(non_finite_source(w, probe));
+    const VitalSign* overfit = report.find("overfit_one_batch");
+    report.signs.push_back(prediction_collapse(w, p, overfit && overfit->passed && !overfit->skipped));
     report.signs.push_back(grad_norm_range(w));
     report.signs.push_back(monitor_health(w));
     report.signs.front().evidence = "the training code ran " + std::to_string(w.records.size()) + " steps without throwing";

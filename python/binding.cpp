@@ -125,16 +125,29 @@ class ShellModule : public torch::nn::Module {
   explicit ShellModule(std::string name) : torch::nn::Module(std::move(name)) {}
   void set_python(py::object module) { python_ = PyRef(std::move(module)); }
   void train(bool on) override {
-    if (python_.get()) {
+    if (python_.get() && !mirroring_) {
       py::gil_scoped_acquire gil;
       python_.get().attr("train")(on);
     }
     torch::nn::Module::train(on);
   }
+  // Takes the Python module's own mode (its `training`, which the user's code
+  // may have set with eval()) onto this shell, without calling Python back:
+  // the doctor checks that the model trains in training mode. GIL held.
+  void mirror_mode() {
+    if (!python_.get()) return;
+    const bool on = python_.get().attr("training").cast<bool>();
+    if (on == is_training()) return;
+    mirroring_ = true;
+    torch::nn::Module::train(on);
+    mirroring_ = false;
+  }
 
  private:
   PyRef python_;
+  static thread_local bool mirroring_;
 };
+thread_local bool ShellModule::mirroring_ = false;
 
 std::shared_ptr<ShellModule> shell_of(const py::object& module) {
   auto root = std::make_shared<ShellModule>(type_name(module));
@@ -448,6 +461,7 @@ class PyScenario : public Scenario {
     } restore{this, current_tap};
     current_tap = &tap;
     set_tapping(tap.on());
+    training_->model->mirror_mode();
     py::object out = call("forward", [&] { return obj_.get().attr("forward")(inputs); });
     return tensor_of(out, "forward", "a torch.Tensor of outputs");
   }

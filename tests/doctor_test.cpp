@@ -42,7 +42,7 @@ TEST(Doctor, HealthyControlPassesEverySign) {
   const DoctorReport r = doctor("healthy");
   EXPECT_TRUE(r.passed()) << doctor_text(r);
   EXPECT_EQ(r.top(), nullptr);
-  EXPECT_EQ(r.signs.size(), 12u);
+  EXPECT_EQ(r.signs.size(), 20u);
   for (const VitalSign& s : r.signs) EXPECT_FALSE(s.skipped) << s.name << ": " << s.evidence;
   EXPECT_EQ(r.parameters, 55050);
   EXPECT_NE(doctor_text(r).find("no vital sign failed"), std::string::npos);
@@ -137,7 +137,7 @@ TEST(Doctor, UnknownPlantedBugIsBadInput) {
 TEST(DoctorCli, ExitCodesAndJson) {
   auto r = testing::run_spikehunt("doctor --planted healthy");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("12 vital signs: 12 passed, 0 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("20 vital signs: 20 passed, 0 failed"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("planted bug healthy: mlp 2x64, relu, 55,050 parameters"), std::string::npos) << r.output;
   r = testing::run_spikehunt("doctor --planted dead_relu --json");
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -171,18 +171,32 @@ class Tiny : public Scenario {
     out_ = torch::nn::Linear(8, outputs);
     net_->register_module("fc1", fc1_);
     net_->register_module("out", out_);
-    optimizer_ = std::make_unique<torch::optim::SGD>(net_->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    const bool split = kind_ == "second_optimizer_in_step";  // the head's optimizer is stepped, not declared
+    optimizer_ = std::make_unique<torch::optim::SGD>(split ? fc1_->parameters() : net_->parameters(),
+                                                     torch::optim::SGDOptions(0.1).momentum(0.9));
+    if (split) head_ = std::make_unique<torch::optim::SGD>(out_->parameters(), torch::optim::SGDOptions(0.1));
     x_ = torch::randn({8, 16});
     if (kind_ == "raw_scale") x_ = x_ * 200;
     y_ = torch::arange(8) % 4;
+    if (kind_ == "mse_column") y_ = x_.sum(1) / 4;  // a regression target of shape (8) against outputs (8, 1)
   }
   torch::nn::Module& model() override { return *net_; }
   torch::optim::Optimizer& optimizer() override { return *optimizer_; }
   torch::Tensor forward(const torch::Tensor& x, const Tap& tap) override {
     torch::Tensor h = torch::relu(fc1_->forward(x));
     tap("hidden", h);
+    if (kind_ == "functional_dropout") h = torch::dropout(h, 0.5, /*train=*/true);  // on in eval too
     torch::Tensor y = out_->forward(h);
     return kind_ == "softmax" ? torch::softmax(y, 1) : y;
+  }
+  torch::Tensor loss(const torch::Tensor& outputs, const torch::Tensor& targets) override {
+    if (kind_ == "mse_column") return torch::nn::functional::mse_loss(outputs, targets);
+    if (kind_ == "nll_of_scores") return torch::nn::functional::nll_loss(outputs, targets);
+    return Scenario::loss(outputs, targets);
+  }
+  void optimizer_step() override {
+    Scenario::optimizer_step();
+    if (head_) head_->step();
   }
   std::optional<Batch> next_batch() override {
     if (step_ >= 60) return std::nullopt;
@@ -200,7 +214,7 @@ class Tiny : public Scenario {
   std::string kind_;
   std::shared_ptr<torch::nn::Module> net_ = std::make_shared<torch::nn::Module>();
   torch::nn::Linear fc1_{nullptr}, out_{nullptr};
-  std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::unique_ptr<torch::optim::SGD> optimizer_, head_;
   torch::Tensor x_, y_;
   int64_t step_ = 0;
 };
@@ -237,6 +251,46 @@ TEST(DoctorUserCode, InputsFarFromUnitScaleAreTheTopCause) {
   EXPECT_TRUE(sign(ok, "input_scale").passed) << doctor_text(ok);
   EXPECT_TRUE(sign(ok, "loss_output_mismatch").passed);
   EXPECT_TRUE(sign(ok, "training_code_error").passed);
+}
+
+// ---- invariants of correct training code (the publicly reported bugs of
+// examples/public_bugs, here in LibTorch) ----
+
+TEST(DoctorUserCode, DropoutLeftOnInEvalMakesEvaluationRandom) {
+  const DoctorReport r = tiny("functional_dropout");
+  ASSERT_EQ(top(r), "eval_consistency") << doctor_text(r);
+  EXPECT_NE(r.top()->cause.find("evaluation is random"), std::string::npos) << r.top()->cause;
+  EXPECT_GT(r.top()->data["repeat_max_diff"].get<double>(), 0);
+  const DoctorReport ok = tiny("healthy");
+  EXPECT_TRUE(sign(ok, "eval_consistency").passed) << doctor_text(ok);
+  EXPECT_EQ(sign(ok, "eval_consistency").data["repeat_max_diff"].get<double>(), 0.0);
+}
+
+TEST(DoctorUserCode, ABroadcastingRegressionLossIsNamedWithLibTorchsOwnWarning) {
+  const DoctorReport r = tiny("mse_column", /*outputs=*/1);
+  ASSERT_EQ(top(r), "loss_shapes") << doctor_text(r);
+  EXPECT_NE(r.top()->cause.find("outputs [8, 1] against targets [8]"), std::string::npos) << r.top()->cause;
+  // Every warning LibTorch raised while the doctor ran the code, counted, each shown once.
+  const nlohmann::json& warnings = r.top()->data["warnings"];
+  ASSERT_FALSE(warnings.empty()) << r.top()->evidence;
+  EXPECT_NE(warnings.begin().key().find("Using a target size"), std::string::npos) << warnings.dump();
+  EXPECT_GT(warnings.begin().value().get<int64_t>(), 40);
+}
+
+TEST(DoctorUserCode, ANegativeClassificationLossIsOutOfItsDomain) {
+  const DoctorReport r = tiny("nll_of_scores");
+  ASSERT_EQ(top(r), "loss_domain") << doctor_text(r);
+  EXPECT_LT(r.top()->data["min_loss"].get<double>(), 0);
+}
+
+TEST(DoctorUserCode, ASecondOptimizerSteppedInsideTheStepIsNoFalseAlarm) {
+  // Its parameters are in no declared optimizer, but they change: named, not failed.
+  const DoctorReport r = tiny("second_optimizer_in_step");
+  const VitalSign& coverage = sign(r, "optimizer_coverage");
+  EXPECT_TRUE(coverage.passed) << doctor_text(r);
+  EXPECT_EQ(coverage.named, (std::vector<std::string>{"out.weight", "out.bias"}));
+  EXPECT_NE(coverage.evidence.find("neither monitors nor checkpoints"), std::string::npos) << coverage.evidence;
+  EXPECT_TRUE(r.passed()) << doctor_text(r);
 }
 
 TEST(DoctorUserCode, ExplainsCommonLibTorchErrors) {
