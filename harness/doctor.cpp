@@ -1,6 +1,7 @@
 #include "harness/doctor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -29,6 +30,10 @@ const VitalSign* DoctorReport::find(const std::string& name) const {
     if (s.name == name) return &s;
   }
   return nullptr;
+}
+
+VitalSign* DoctorReport::find_mutable(const std::string& name) {
+  return const_cast<VitalSign*>(find(name));
 }
 
 const VitalSign* DoctorReport::top() const {
@@ -1113,6 +1118,26 @@ VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
     again = run(b.inputs);
     if (n >= 4 && a.dim() >= 1 && a.size(0) == n) part = run(b.inputs.slice(0, 0, n / 2));
   }
+  // The train/eval gap, on this throwaway scenario (a training-mode forward
+  // moves batch norm's running statistics), and the modules whose output
+  // depends on the mode, by their class.
+  torch::Tensor in_training;
+  {
+    torch::NoGradGuard no_grad;
+    const bool was = s.model().is_training();
+    s.model().train();
+    in_training = guarded("forward", [&] { return s.forward(b.inputs, Tap()); }).detach().to(torch::kFloat64);
+    s.model().train(was);
+  }
+  const double gap = in_training.sizes() == a.sizes() ? (in_training - a).abs().max().item<double>() : 0;
+  std::vector<std::string> mode_dependent;
+  for (const auto& m : s.model().named_modules("model")) {
+    const std::string kind = m.value()->name();
+    if (kind.find("Dropout") != std::string::npos || kind.find("BatchNorm") != std::string::npos ||
+        kind.find("InstanceNorm") != std::string::npos) {
+      mode_dependent.push_back(m.key());
+    }
+  }
   const double scale = a.abs().max().item<double>();
   const double repeat = (a - again).abs().max().item<double>();
   double predictions_differ = 0;
@@ -1120,13 +1145,17 @@ VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
   const double batch_effect =
       part.defined() && part.sizes() == a.slice(0, 0, n / 2).sizes() ? (part - a.slice(0, 0, n / 2)).abs().max().item<double>() : 0;
   v.data = {{"repeat_max_diff", number(repeat)}, {"predictions_differ", predictions_differ},
-            {"batch_effect_max_diff", number(batch_effect)}, {"output_scale", number(scale)}};
+            {"batch_effect_max_diff", number(batch_effect)}, {"output_scale", number(scale)},
+            {"train_eval_gap", number(gap)}, {"mode_dependent_modules", mode_dependent}};
   std::vector<std::string> eval_modules;
   for (const auto& [m, steps] : w.not_training) eval_modules.push_back(m + " (" + std::to_string(steps) + " steps)");
   v.data["eval_mode_during_training"] = eval_modules;
   v.evidence = "two eval passes of one batch: max difference " + fmt(repeat) +
                (predictions_differ > 0 ? " (" + percent(predictions_differ) + " of predicted classes differ)" : "") +
-               "; half of the batch alone: max difference " + fmt(batch_effect) + " (outputs up to " + fmt(scale) + ")";
+               "; half of the batch alone: max difference " + fmt(batch_effect) + " (outputs up to " + fmt(scale) +
+               "); train/eval gap " + fmt(gap) +
+               (mode_dependent.empty() ? std::string(" (no Dropout or norm module)")
+                                       : " (mode-dependent: " + list(mode_dependent, 4) + ")");
   if (!eval_modules.empty()) v.evidence += "; in eval mode during training steps: " + list(eval_modules);
   if (repeat > 1e-5 * (1 + scale)) {
     v.named = {"forward"};
@@ -1407,6 +1436,11 @@ Probe probe_scenario(Scenario& s, const DoctorOptions& o, DoctorReport* report) 
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 // Counts every LibTorch warning (TORCH_WARN) by its text while the doctor runs the code.
 class WarningCounter : public c10::WarningHandler {
  public:
@@ -1432,6 +1466,12 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
   };
   WarningCounter warnings;
   c10::Warning::WarningHandlerGuard capture(&warnings);
+  auto timed = [](const auto& probe) {
+    const Clock::time_point start = Clock::now();
+    VitalSign v = probe();
+    v.seconds = seconds_since(start);
+    return v;
+  };
   VitalSign code = sign("training_code_error");
   report.signs.push_back(code);
   try {
@@ -1444,16 +1484,20 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     }
     const size_t optimizers = s->optimizers().size();
     parameter_slots(*s);  // the contract: every optimized tensor is a model parameter, none in two optimizers
-    report.signs.push_back(input_scale(p));
-    report.signs.push_back(loss_output_mismatch(*s, p.batches.front()));
+    report.signs.push_back(timed([&] { return input_scale(p); }));
+    report.signs.push_back(timed([&] { return loss_output_mismatch(*s, p.batches.front()); }));
     const torch::Tensor first_out = [&] {
       torch::NoGradGuard no_grad;
       return guarded("forward", [&] { return s->forward(p.batches.front().inputs, Tap()); }).detach();
     }();
+    const Clock::time_point probe_start = Clock::now();
     const LossProbe probe = probe_loss(*s, first_out, p.batches.front());
+    const double probe_seconds = seconds_since(probe_start);
     s.reset();
-    report.signs.push_back(overfit_one_batch(make, p, o));
+    report.signs.push_back(timed([&] { return overfit_one_batch(make, p, o); }));
+    const Clock::time_point run_start = Clock::now();
     Watched w = watch(make, p, o);
+    report.run_seconds = seconds_since(run_start);
     if (w.verdict.outcome == Outcome::kCrashed) {
       throw TrainingError(w.verdict.crash_stage, w.verdict.message, w.verdict.crash_cause, w.verdict.message);
     }
@@ -1464,27 +1508,29 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
       VitalSign again = loss_output_mismatch(*w.trained, p.batches.front());
       if (!again.passed) again.evidence += " (after " + std::to_string(w.records.size()) + " steps)", m = again;
     }
-    {
-      std::unique_ptr<Scenario> fresh = guarded("setup", make);
-      report.signs.push_back(eval_consistency(*fresh, p, w));
-    }
-    report.signs.push_back(loss_shapes(first_out, p.batches.front(), probe, warnings.counts));
-    report.signs.push_back(label_balance(w, p.classes));
-    report.signs.push_back(input_dependence(w));
-    report.signs.push_back(optimizer_coverage(w, optimizers));
-    report.signs.push_back(heldout_inputs(p));
+    report.signs.push_back(timed([&] {
+      std::unique_ptr<Scenario> fresh = guarded("setup", make);  // its probes change batch norm's statistics
+      return eval_consistency(*fresh, p, w);
+    }));
+    report.signs.push_back(timed([&] { return loss_shapes(first_out, p.batches.front(), probe, warnings.counts); }));
+    report.signs.push_back(timed([&] { return label_balance(w, p.classes); }));
+    report.signs.push_back(timed([&] { return input_dependence(w); }));
+    report.signs.push_back(timed([&] { return optimizer_coverage(w, optimizers); }));
+    report.signs.push_back(timed([&] { return heldout_inputs(p); }));
     const bool classification = first_out.dim() == 2 && first_out.size(1) > 1 && class_ids(p.batches.front().targets);
-    report.signs.push_back(loss_domain(w, probe, classification || binary_targets(first_out, p.batches.front().targets)));
-    report.signs.push_back(lr_schedule(w));
-    report.signs.push_back(grad_accumulation(w));
-    report.signs.push_back(frozen_output(w, p));
-    report.signs.push_back(gradient_flow(w, o));
-    report.signs.push_back(dead_units(w));
-    report.signs.push_back(non_finite_source(w, probe));
+    report.signs.push_back(timed([&] { return loss_domain(w, probe, classification || binary_targets(first_out, p.batches.front().targets)); }));
+    report.signs.push_back(timed([&] { return lr_schedule(w); }));
+    report.signs.push_back(timed([&] { return grad_accumulation(w); }));
+    report.signs.push_back(timed([&] { return frozen_output(w, p); }));
+    report.signs.push_back(timed([&] { return gradient_flow(w, o); }));
+    report.signs.push_back(timed([&] { return dead_units(w); }));
+    report.signs.push_back(timed([&] { return non_finite_source(w, probe); }));
     const VitalSign* overfit = report.find("overfit_one_batch");
-    report.signs.push_back(prediction_collapse(w, p, overfit && overfit->passed && !overfit->skipped));
-    report.signs.push_back(grad_norm_range(w));
-    report.signs.push_back(monitor_health(w));
+    const bool memorized = overfit && overfit->passed && !overfit->skipped;
+    report.signs.push_back(timed([&] { return prediction_collapse(w, p, memorized); }));
+    report.signs.push_back(timed([&] { return grad_norm_range(w); }));
+    report.signs.push_back(timed([&] { return monitor_health(w); }));
+    report.find_mutable("loss_domain")->seconds += probe_seconds;
     report.signs.front().evidence = "the training code ran " + std::to_string(w.records.size()) + " steps without throwing";
   } catch (const TrainingError& e) {
     report.signs.front() = code_error_sign(e);
@@ -1515,6 +1561,13 @@ std::string doctor_text(const DoctorReport& report, bool verbose) {
     }
     skipped_n += s.skipped;
   }
+  if (verbose) {
+    std::string times = "the watched run " + fmt(report.run_seconds) + " s";
+    for (const VitalSign& s : report.signs) {
+      if (s.seconds >= 0.005) times += ", " + s.name + " " + fmt(s.seconds) + " s";
+    }
+    out += "  time: " + times + " (signs under 5 ms not listed)\n";
+  }
   out += std::to_string(report.signs.size()) + " vital signs: " +
          std::to_string(report.signs.size() - size_t(failed) - size_t(skipped_n)) + " passed, " +
          std::to_string(failed) + " failed, " + std::to_string(skipped_n) + " skipped\n";
@@ -1525,14 +1578,15 @@ json doctor_json(const DoctorReport& report) {
   json signs = json::array();
   for (const VitalSign& s : report.signs) {
     json j = {{"name", s.name}, {"passed", s.passed}, {"skipped", s.skipped}, {"evidence", s.evidence},
-              {"hint", s.hint}, {"named", s.named},   {"data", s.data}};
+              {"hint", s.hint}, {"named", s.named},   {"data", s.data}, {"seconds", s.seconds}};
     if (!s.passed) j["cause"] = s.cause, j["rank"] = s.rank;
     signs.push_back(j);
   }
   json top = nullptr;
   if (const VitalSign* t = report.top()) top = {{"sign", t->name}, {"cause", t->cause}, {"hint", t->hint}};
   return {{"passed", report.passed()}, {"most_likely_cause", top}, {"signs", signs},
-          {"scenario", report.scenario}, {"parameters", report.parameters}, {"optimizers", report.optimizers}};
+          {"scenario", report.scenario}, {"parameters", report.parameters}, {"optimizers", report.optimizers},
+          {"run_seconds", report.run_seconds}};
 }
 
 }  // namespace spikehunt

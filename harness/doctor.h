@@ -74,6 +74,7 @@ struct VitalSign {
   // monitor's verdict, the grad norm range).
   std::string cause;
   int rank = 100;
+  double seconds = 0;  // its own probe's time (the watched run they share is DoctorReport::run_seconds)
 };
 
 struct DoctorOptions {
@@ -91,8 +92,10 @@ struct DoctorReport {
   std::string scenario;                 // its config name ("standard" or a registered one)
   int64_t parameters = 0;               // trainable and frozen, in model()
   std::vector<std::string> optimizers;  // "body (sgd, 2 groups)", ...
+  double run_seconds = 0;               // the watched training run the run-based signs read
   bool passed() const;
   const VitalSign* find(const std::string& name) const;
+  VitalSign* find_mutable(const std::string& name);
   // The most likely cause: the failed sign of lowest rank (null when none failed).
   const VitalSign* top() const;
 };

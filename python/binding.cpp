@@ -118,6 +118,34 @@ const char* interned(const std::string& name) {
   return names.insert(name).first->c_str();
 }
 
+// While the doctor counts LibTorch's warnings it installs a c10 warning
+// handler; the warnings the user's Python code raises (PyTorch's Python
+// functions, such as mse_loss's "Using a target size ...", warn in Python)
+// then go to that handler too, every time. Otherwise Python shows them as usual.
+c10::WarningHandler* python_base_handler = nullptr;  // the handler at import
+
+template <class F>
+py::object with_warnings(F&& f) {
+  c10::WarningHandler* handler = c10::Warning::get_warning_handler();
+  if (handler == python_base_handler || handler == nullptr) return f();
+  py::module_ warnings = py::module_::import("warnings");
+  py::object recorder = warnings.attr("catch_warnings")(py::arg("record") = true);
+  py::list caught = recorder.attr("__enter__")();
+  warnings.attr("simplefilter")("always");
+  py::object out;
+  try {
+    out = f();
+  } catch (...) {
+    recorder.attr("__exit__")(py::none(), py::none(), py::none());
+    throw;
+  }
+  recorder.attr("__exit__")(py::none(), py::none(), py::none());
+  for (const py::handle w : caught) {
+    handler->process(c10::SourceLocation{"python", "python", 0}, py::str(w.attr("message")), false);
+  }
+  return out;
+}
+
 // ---- the model ----
 
 class ShellModule : public torch::nn::Module {
@@ -462,13 +490,13 @@ class PyScenario : public Scenario {
     current_tap = &tap;
     set_tapping(tap.on());
     training_->model->mirror_mode();
-    py::object out = call("forward", [&] { return obj_.get().attr("forward")(inputs); });
+    py::object out = call("forward", [&] { return with_warnings([&] { return obj_.get().attr("forward")(inputs); }); });
     return tensor_of(out, "forward", "a torch.Tensor of outputs");
   }
 
   torch::Tensor loss(const torch::Tensor& outputs, const torch::Tensor& targets) override {
     py::gil_scoped_acquire gil;
-    py::object out = call("loss", [&] { return obj_.get().attr("loss")(outputs, targets); });
+    py::object out = call("loss", [&] { return with_warnings([&] { return obj_.get().attr("loss")(outputs, targets); }); });
     return tensor_of(out, "loss", "a torch.Tensor holding one number");
   }
 
@@ -774,6 +802,7 @@ PYBIND11_MODULE(_core, m) {
   using namespace spikehunt;
   m.doc() = "spikehunt's C++ engine for Python scenarios (use the spikehunt package, not this module)";
   m.attr("kVersion") = kVersion;
+  python_base_handler = c10::Warning::get_warning_handler();
 
   py::class_<ParamSpec>(m, "ParamSpec")
       .def_static("number", &ParamSpec::number)
