@@ -1131,11 +1131,14 @@ VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
   }
   const double gap = in_training.sizes() == a.sizes() ? (in_training - a).abs().max().item<double>() : 0;
   std::vector<std::string> mode_dependent;
-  for (const auto& m : s.model().named_modules("model")) {
-    const std::string kind = m.value()->name();
-    if (kind.find("Dropout") != std::string::npos || kind.find("BatchNorm") != std::string::npos ||
-        kind.find("InstanceNorm") != std::string::npos) {
-      mode_dependent.push_back(m.key());
+  for (const auto& m : s.model().named_modules("", /*include_self=*/false)) {
+    std::string kind = m.value()->name();  // "torch::nn::Dropout", or a Python module's class: "BatchNorm2d"
+    kind = kind.substr(kind.rfind(':') == std::string::npos ? 0 : kind.rfind(':') + 1);
+    for (const char* k : {"Dropout", "AlphaDropout", "FeatureAlphaDropout", "BatchNorm", "SyncBatchNorm", "InstanceNorm"}) {
+      if (kind.rfind(k, 0) == 0) {
+        mode_dependent.push_back(m.key() + " (" + kind + ")");
+        break;
+      }
     }
   }
   const double scale = a.abs().max().item<double>();
@@ -1147,8 +1150,10 @@ VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
   v.data = {{"repeat_max_diff", number(repeat)}, {"predictions_differ", predictions_differ},
             {"batch_effect_max_diff", number(batch_effect)}, {"output_scale", number(scale)},
             {"train_eval_gap", number(gap)}, {"mode_dependent_modules", mode_dependent}};
-  std::vector<std::string> eval_modules;
-  for (const auto& [m, steps] : w.not_training) eval_modules.push_back(m + " (" + std::to_string(steps) + " steps)");
+  std::vector<std::string> eval_modules;  // the whole model, or the submodules in eval mode
+  for (const auto& [m, steps] : w.not_training) {
+    if (!w.not_training.count("model") || m == "model") eval_modules.push_back(m + " (" + std::to_string(steps) + " steps)");
+  }
   v.data["eval_mode_during_training"] = eval_modules;
   v.evidence = "two eval passes of one batch: max difference " + fmt(repeat) +
                (predictions_differ > 0 ? " (" + percent(predictions_differ) + " of predicted classes differ)" : "") +
@@ -1562,9 +1567,14 @@ std::string doctor_text(const DoctorReport& report, bool verbose) {
     skipped_n += s.skipped;
   }
   if (verbose) {
-    std::string times = "the watched run " + fmt(report.run_seconds) + " s";
+    auto secs = [](double x) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.2f s", x);
+      return std::string(b);
+    };
+    std::string times = "the watched run " + secs(report.run_seconds);
     for (const VitalSign& s : report.signs) {
-      if (s.seconds >= 0.005) times += ", " + s.name + " " + fmt(s.seconds) + " s";
+      if (s.seconds >= 0.005) times += ", " + s.name + " " + secs(s.seconds);
     }
     out += "  time: " + times + " (signs under 5 ms not listed)\n";
   }

@@ -203,6 +203,19 @@ std::shared_ptr<ShellModule> shell_of(const py::object& module) {
     }
     return node;
   };
+  // Every submodule, named by its class ("Dropout", "BatchNorm2d"), so that
+  // the tree has the Python module's shape (the doctor finds mode-dependent
+  // modules by class); parameters and buffers hang on their owners.
+  for (const py::handle item : module.attr("named_modules")()) {
+    const auto pair = item.cast<py::tuple>();
+    const std::string path = pair[0].cast<std::string>();
+    if (path.empty() || parents.count(path)) continue;
+    std::string leaf;
+    auto parent = parent_of(path, &leaf);
+    auto child = std::make_shared<ShellModule>(type_name(pair[1]));
+    parent->register_module(leaf, child);
+    parents.emplace(path, child);
+  }
   for (const py::handle item : module.attr("named_parameters")()) {
     const auto pair = item.cast<py::tuple>();
     std::string leaf;
