@@ -1022,12 +1022,14 @@ VitalSign monitor_health(const Watched& w) {
 
 std::string shape_text(const torch::Tensor& t) { return c10::str(t.sizes()); }
 
-// Targets a classification loss takes: class ids, or 0/1 (or probability) floats shaped like the outputs.
+// Binary labels: floats that are all exactly 0 or 1, shaped like the outputs
+// (a regression target in [0, 1] is not one: its loss may be negative, e.g.
+// a Gaussian NLL).
 bool binary_targets(const torch::Tensor& out, const torch::Tensor& y) {
   if (!y.defined() || !y.is_floating_point() || y.numel() != out.numel() || y.numel() == 0) return false;
   torch::NoGradGuard no_grad;
-  const torch::Tensor f = y.detach().to(torch::kFloat64);
-  return f.min().item<double>() >= 0 && f.max().item<double>() <= 1;
+  const torch::Tensor f = y.detach();
+  return ((f == 0) | (f == 1)).all().item<bool>();
 }
 
 // Outputs and targets at the loss: a float target whose shape differs from
