@@ -20,6 +20,20 @@
 //   deep_sigmoid        eight sigmoid layers
 //   blank_image_nan     per-image standardization divides blank images by a zero std
 //   head_not_optimized  the optimizer is built over the hidden layers only
+// Bugs that were reported publicly, written here as their authors did (the
+// source of each in fashion.cpp):
+//   functional_dropout      functional dropout after the first layer, on in eval mode too
+//   validation_leaves_eval  validation every 20 steps calls eval() and never train()
+//   nll_on_softmax          forward returns softmax probabilities, the loss is nll_loss
+//   hand_written_softmax    the loss's softmax is exp(x) / sum(exp(x)), no max subtracted
+//   labels_all_zero         the labels are looked up by a key that never matches: all 0
+//   test_not_normalized     the held-out images are scaled to [0, 1] but not standardized
+//   shuffled_apart          images and labels shuffled with two different permutations
+//   softmax_over_batch      the output's softmax is taken over dim 0 (the batch)
+//   grads_never_zeroed      the step applies the sum of every gradient so far
+//   step_never_applied      optimizer_step() steps only the learning-rate scheduler
+//   lr_decay_per_batch      a StepLR meant per epoch is stepped every batch
+//   head_stepped_in_step    (healthy) the head's optimizer is stepped inside optimizer_step(), undeclared
 // Other knobs: params.hidden (units per hidden layer), params.train_images.
 #pragma once
 
@@ -42,6 +56,7 @@ class FashionScenario : public spikehunt::Scenario {
   std::optional<spikehunt::Batch> next_batch() override;
   std::vector<spikehunt::Batch> heldout(int64_t max_samples) override;
   int64_t planned_steps() const override { return steps_; }
+  void optimizer_step() override;
   std::vector<std::string> phase_names() const override { return {"train"}; }
 
  private:
@@ -51,11 +66,14 @@ class FashionScenario : public spikehunt::Scenario {
     torch::nn::Linear out{nullptr};
   };
   torch::Tensor prepare(const torch::Tensor& pixels) const;
+  void validate();
 
   std::string bug_;
   torch::Tensor x_, y_, test_x_, test_y_;
   std::shared_ptr<Net> net_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_, head_optimizer_;
+  std::unique_ptr<torch::optim::StepLR> scheduler_;
+  std::vector<torch::Tensor> gradient_sums_;
   int64_t batch_size_, steps_, step_ = 0;
   torch::Tensor order_;
 };

@@ -68,7 +68,19 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"saturated_sigmoid", "dead_units", "saturated"},
                       Case{"deep_sigmoid", "gradient_flow", "vanishing"},
                       Case{"blank_image_nan", "input_scale", "NaN"},
-                      Case{"head_not_optimized", "optimizer_coverage", "out.weight"}),
+                      Case{"head_not_optimized", "optimizer_coverage", "out.weight"},
+                      // Publicly reported bugs (sources in fashion.cpp).
+                      Case{"functional_dropout", "eval_consistency", "evaluation is random"},
+                      Case{"validation_leaves_eval", "eval_consistency", "trains in eval mode"},
+                      Case{"nll_on_softmax", "loss_domain", "below 0"},
+                      Case{"hand_written_softmax", "loss_domain", "exp of a large output"},
+                      Case{"labels_all_zero", "label_balance", "every training label is class 0"},
+                      Case{"test_not_normalized", "heldout_inputs", "preprocessed differently"},
+                      Case{"shuffled_apart", "prediction_collapse", "unrelated to the inputs"},
+                      Case{"softmax_over_batch", "eval_consistency", "other samples of its batch"},
+                      Case{"grads_never_zeroed", "grad_accumulation", "never reset"},
+                      Case{"step_never_applied", "optimizer_coverage", "never changes"},
+                      Case{"lr_decay_per_batch", "lr_schedule", "falls to under 1%"}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.bug); });
 
 class Healthy : public ::testing::TestWithParam<std::vector<std::string>> {};
@@ -85,7 +97,9 @@ INSTANTIATE_TEST_SUITE_P(
                       std::vector<std::string>{"seed=2"}, std::vector<std::string>{"optimizer.lr=0.01"},
                       std::vector<std::string>{"optimizer.lr=0.1", "seed=3"},
                       std::vector<std::string>{"optimizer.kind=adam", "optimizer.lr=0.001"},
-                      std::vector<std::string>{"params.hidden=32", "seed=4"}));
+                      std::vector<std::string>{"params.hidden=32", "seed=4"},
+                      // The head's optimizer stepped inside optimizer_step() without being declared.
+                      std::vector<std::string>{"params.bug=head_stepped_in_step"}));
 
 TEST(FashionCli, AThrowIsAFindingWithItsCauseAndJsonIsADocument) {
   const std::string binary = std::string(FASHION_BUGS_BINARY);
