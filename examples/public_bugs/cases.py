@@ -99,6 +99,22 @@ def sgd(module_or_params, config):
     return torch.optim.SGD(params, lr=config.optimizer.lr, momentum=config.optimizer.momentum)
 
 
+class FashionCase(Case):
+    """A Fashion-MNIST classifier: standardized images (flattened unless `flat`
+    is False), the model build() returns, SGD from the config."""
+    flat = True
+    train = TRAIN
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.x, self.y, self.xt, self.yt = fashion_normalized(flat=self.flat, train=self.train)
+        self.net = self.build()
+        self.opt = sgd(self.net, config)
+
+    def build(self):
+        return MLP()
+
+
 # ---------------------------------------------------------------- the model and its modes
 
 class SimpleNetDropout(nn.Module):
@@ -119,12 +135,11 @@ class SimpleNetDropout(nn.Module):
         return self.classifier(out)
 
 
-class FunctionalDropoutEval(Case):
-    def __init__(self, config):
-        super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized(flat=False)
-        self.net = SimpleNetDropout()
-        self.opt = sgd(self.net, config)
+class FunctionalDropoutEval(FashionCase):
+    flat = False
+
+    def build(self):
+        return SimpleNetDropout()
 
 
 class CausalSelfAttention(nn.Module):
@@ -191,17 +206,15 @@ class AttentionDropoutEval(TextCase):
         self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
 
 
-class EvalNeverUndone(Case):
+class EvalNeverUndone(FashionCase):
     # pytorch/tutorials#1624 (https://github.com/pytorch/tutorials/issues/1624): the quickstart's
     # test() calls model.eval() and train() never calls model.train(): from the second epoch on the
     # model trains in eval mode (its Dropout off).
     epochs = 20
+    train = 640
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized(train=640)
-        self.net = MLP(dropout=0.3)
-        self.opt = sgd(self.net, config)
+    def build(self):
+        return MLP(dropout=0.3)
 
     def on_epoch_start(self):
         if self.done:
@@ -214,16 +227,15 @@ class EvalNeverUndone(Case):
         self.last_accuracy = correct
 
 
-class ValidationLeavesBatchNormFrozen(Case):
+class ValidationLeavesBatchNormFrozen(FashionCase):
     # huggingface/lerobot#3668 (https://github.com/huggingface/lerobot/issues/3668): eval_policy()
     # calls policy.eval() and never restores policy.train(): every later training step runs with
     # Dropout off and BatchNorm's running statistics frozen.
-    def __init__(self, config):
-        super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized(flat=False)
-        self.net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(4),
-                                 nn.Flatten(), nn.Dropout(0.2), nn.Linear(8 * 7 * 7, 10))
-        self.opt = sgd(self.net, config)
+    flat = False
+
+    def build(self):
+        return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(4),
+                             nn.Flatten(), nn.Dropout(0.2), nn.Linear(8 * 7 * 7, 10))
 
     def next_batch(self):
         if self.done and self.done % 10 == 0:
@@ -236,17 +248,14 @@ class ValidationLeavesBatchNormFrozen(Case):
             self.val_accuracy = (self.net(self.xt[:100]).argmax(1) == self.yt[:100]).float().mean().item()
 
 
-class ValidationWithoutTrainStart(Case):
+class ValidationWithoutTrainStart(FashionCase):
     # fartashf/vsepp#4 (https://github.com/fartashf/vsepp/issues/4): validate() calls
     # model.val_start() every val_step iterations, model.train_start() runs only at the start of an
     # epoch: the rest of the epoch trains with Dropout off.
     val_step = 8
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = MLP(dropout=0.2)
-        self.opt = sgd(self.net, config)
+    def build(self):
+        return MLP(dropout=0.2)
 
     def on_epoch_start(self):
         self.net.train()  # train_start()
@@ -259,30 +268,21 @@ class ValidationWithoutTrainStart(Case):
         return super().next_batch()
 
 
-class SoftmaxOverBatch(Case):
+class SoftmaxOverBatch(FashionCase):
     # DeepReinforcementLearning/DeepReinforcementLearningInAction#32
     # (https://github.com/DeepReinforcementLearning/DeepReinforcementLearningInAction/issues/32):
     # torch.nn.Softmax(dim=0) at the end of the model: with a batch, the probabilities are computed
     # across the samples of the batch, not across the classes.
-    def __init__(self, config):
-        super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = nn.Sequential(nn.Linear(784, 64), nn.LeakyReLU(), nn.Linear(64, 10), nn.Softmax(dim=0))
-        self.opt = sgd(self.net, config)
+    def build(self):
+        return nn.Sequential(nn.Linear(784, 64), nn.LeakyReLU(), nn.Linear(64, 10), nn.Softmax(dim=0))
 
     def loss(self, outputs, targets):
         return -torch.log(outputs[torch.arange(len(targets)), targets]).mean()
 
 
-class LogSoftmaxOverBatch(Case):
+class LogSoftmaxOverBatch(FashionCase):
     # ctallec/world-models#10 (https://github.com/ctallec/world-models/issues/10): the mixture
     # weights' log_softmax is taken over the batch dimension (dim=-2) instead of the gaussians'.
-    def __init__(self, config):
-        super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = MLP()
-        self.opt = sgd(self.net, config)
-
     def forward(self, inputs):
         pi = self.net(inputs)
         return F.log_softmax(pi, dim=-2)
@@ -311,14 +311,14 @@ class SoftmaxOneUnit(Case):
 
 # ---------------------------------------------------------------- the loss
 
-class SoftmaxThenCrossEntropy(Case):
+class SoftmaxThenCrossEntropy(FashionCase):
     # NaJaeMin92/pytorch-DANN#7 (https://github.com/NaJaeMin92/pytorch-DANN/issues/7): the
     # Classifier ends in a softmax layer and the loss is nn.CrossEntropyLoss, which applies its own.
+    def build(self):
+        return nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10), nn.Softmax(dim=1))
+
     def __init__(self, config):
         super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10), nn.Softmax(dim=1))
-        self.opt = sgd(self.net, config)
         self.criterion = nn.CrossEntropyLoss()
 
     def loss(self, outputs, targets):
@@ -347,60 +347,45 @@ class MatchingSoftmaxCrossEntropy(Case):
         return F.cross_entropy(outputs, targets)
 
 
-class NllOnSoftmax(Case):
+class NllOnSoftmax(FashionCase):
     # AnubhavGupta3377/Text-Classification-Models-Pytorch#9
     # (https://github.com/AnubhavGupta3377/Text-Classification-Models-Pytorch/issues/9): the model
     # ends in a softmax and the loss is nn.NLLLoss, which expects log-probabilities: "the loss is
     # always negative".
+    def build(self):
+        return nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10), nn.Softmax(dim=1))
+
     def __init__(self, config):
         super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10), nn.Softmax(dim=1))
-        self.opt = sgd(self.net, config)
         self.criterion = nn.NLLLoss()
 
     def loss(self, outputs, targets):
         return self.criterion(outputs, targets)
 
 
-class NllOnScores(Case):
+class NllOnScores(FashionCase):
     # yanx27/Pointnet_Pointnet2_pytorch#30 (https://github.com/yanx27/Pointnet_Pointnet2_pytorch/issues/30):
     # nll_loss on predictions that are not log_softmax outputs, "causing a negative label loss".
-    def __init__(self, config):
-        super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = MLP()
-        self.opt = sgd(self.net, config)
-
     def loss(self, outputs, targets):
         return F.nll_loss(outputs, targets)
 
 
-class HandWrittenSoftmax(Case):
+class HandWrittenSoftmax(FashionCase):
     # pyg-team/pytorch_geometric#53 (https://github.com/pyg-team/pytorch_geometric/issues/53):
     # a softmax written as exp(x) / sum(exp(x)) "doing exp straightly cause overflow" -> NaN
     # (the fix subtracts the row max first).
-    def __init__(self, config):
-        super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = MLP()
-        self.opt = sgd(self.net, config)
-
     def loss(self, outputs, targets):
         out = outputs.exp()
         probs = out / out.sum(dim=1, keepdim=True)
         return -probs[torch.arange(len(targets)), targets].log().mean()
 
 
-class LogOfSoftmaxProbabilities(Case):
+class LogOfSoftmaxProbabilities(FashionCase):
     # skorch-dev/skorch#481 (https://github.com/skorch-dev/skorch/issues/481): the module outputs
     # softmax probabilities and get_loss takes torch.log(y_pred) before NLLLoss, which "may cause
     # NaN" (log of a probability that underflowed to 0).
-    def __init__(self, config):
-        super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10), nn.Softmax(dim=-1))
-        self.opt = sgd(self.net, config)
+    def build(self):
+        return nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10), nn.Softmax(dim=-1))
 
     def loss(self, outputs, targets):
         return F.nll_loss(torch.log(outputs), targets)
@@ -474,7 +459,7 @@ class CriticAgainstUnreducedTarget(Case):
 
 # ---------------------------------------------------------------- the data pipeline
 
-class AllLabelsZero(Case):
+class AllLabelsZero(FashionCase):
     # btheodorou99/HALO_Inpatient#13 (https://github.com/btheodorou99/HALO_Inpatient/issues/13):
     # "all labels are 0 after build_dataset": the labels were added after the codes had been
     # converted to indices, so every lookup missed and fell back to 0.
@@ -483,49 +468,37 @@ class AllLabelsZero(Case):
 
     def __init__(self, config):
         super().__init__(config)
-        x, y, xt, yt = fashion_normalized()
         label_of = {name: i for i, name in enumerate(self.NAMES)}
-        codes = [self.NAMES.index(self.NAMES[int(c)]) for c in y]  # the names, converted to indices
-        self.x, self.y = x, torch.tensor([label_of.get(c, 0) for c in codes])  # looked up by name: always 0
-        self.xt, self.yt = xt, yt
-        self.net = MLP()
-        self.opt = sgd(self.net, config)
+        codes = [self.NAMES.index(self.NAMES[int(c)]) for c in self.y]  # the names, converted to indices
+        self.y = torch.tensor([label_of.get(c, 0) for c in codes])  # looked up by name: always 0
 
 
-class TestSetNotNormalized(Case):
+class TestSetNotNormalized(FashionCase):
     # JeasunLok/ResNet-pytorch#1 (https://github.com/JeasunLok/ResNet-pytorch/issues/1): "the
     # normalization has been used in training set but not used in testing set".
     def __init__(self, config):
         super().__init__(config)
-        self.x, self.y, _, _ = fashion_normalized()
         xt, self.yt = fashion_raw("test", TEST)
         self.xt = xt.float().reshape(TEST, -1) / 255  # ToTensor() only
-        self.net = MLP()
-        self.opt = sgd(self.net, config)
 
 
-class FeaturesAndLabelsShuffledApart(Case):
+class FeaturesAndLabelsShuffledApart(FashionCase):
     # udacity/sdc-issue-reports#1326 (https://github.com/udacity/sdc-issue-reports/issues/1326):
     # "you can shuffle the features and labels separately (different shuffle orders)".
     def __init__(self, config):
         super().__init__(config)
-        x, y, self.xt, self.yt = fashion_normalized()
         g = torch.Generator().manual_seed(7)
-        self.x = x[torch.randperm(len(x), generator=g)]
-        self.y = y[torch.randperm(len(y), generator=g)]
-        self.net = MLP()
-        self.opt = sgd(self.net, config)
+        self.x = self.x[torch.randperm(len(self.x), generator=g)]
+        self.y = self.y[torch.randperm(len(self.y), generator=g)]
 
 
-class LabelsOutOfRange(Case):
+class LabelsOutOfRange(FashionCase):
     # TencentGameMate/gnn_cross_lingual#5 (https://github.com/TencentGameMate/gnn_cross_lingual/issues/5):
     # num_labels smaller than the labels the data holds: "IndexError: Target 12 is out of bounds".
-    def __init__(self, config):
-        super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        num_labels = 6
-        self.net = MLP(out=num_labels)
-        self.opt = sgd(self.net, config)
+    num_labels = 6
+
+    def build(self):
+        return MLP(out=self.num_labels)
 
 
 class GrayscaleMaskTargets(Case):
@@ -545,44 +518,38 @@ class GrayscaleMaskTargets(Case):
 
 # ---------------------------------------------------------------- the optimizer and its schedule
 
-class SharedVaeOptimizer(Case):
+class SharedVaeOptimizer(FashionCase):
     # zdebruine/MMVAE#39 (https://github.com/zdebruine/MMVAE/issues/39): "The optimizer for the
     # shared VAE portion of the model is only being given the parameters of the encoder".
+    def build(self):
+        return nn.ModuleDict({"encoder": nn.Sequential(nn.Linear(784, 64), nn.ReLU()), "decoder": nn.Linear(64, 10)})
+
     def __init__(self, config):
         super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = nn.ModuleDict({"encoder": nn.Sequential(nn.Linear(784, 64), nn.ReLU()),
-                                  "decoder": nn.Linear(64, 10)})
         self.opt = sgd(self.net["encoder"], config)
 
     def forward(self, inputs):
         return self.net["decoder"](self.net["encoder"](inputs))
 
 
-class SchedulerWithoutOptimizerStep(Case):
+class SchedulerWithoutOptimizerStep(FashionCase):
     # pytorch/pytorch#3814 (https://github.com/pytorch/pytorch/issues/3814): only scheduler.step()
     # is called, taken for a wrapper that steps the optimizer: nothing trains ("I wondered why
     # nothing works, until I took a look on weights change between steps").
     def __init__(self, config):
         super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = MLP()
-        self.opt = sgd(self.net, config)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.opt, step_size=30)
 
     def optimizer_step(self):
         self.scheduler.step()
 
 
-class SchedulerSteppedPerBatch(Case):
+class SchedulerSteppedPerBatch(FashionCase):
     # ivadomed/ivadomed#55 (https://github.com/ivadomed/ivadomed/pull/55): "Scheduler was
     # incorrectly stepped in the batch loop instead of in the epoch loop", decaying the learning
     # rate after each batch.
     def __init__(self, config):
         super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = MLP()
-        self.opt = sgd(self.net, config)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.opt, step_size=10, gamma=0.1)  # every 10 epochs
 
     def optimizer_step(self):
@@ -590,14 +557,12 @@ class SchedulerSteppedPerBatch(Case):
         self.scheduler.step()  # in the batch loop
 
 
-class GradientsNeverZeroed(Case):
+class GradientsNeverZeroed(FashionCase):
     # yastrebksv/TennisCourtDetector#7 (https://github.com/yastrebksv/TennisCourtDetector/issues/7):
     # base_trainer.py never calls optimizer.zero_grad(): each step applies the sum of every gradient
     # so far. (spikehunt zeroes before backward; the running sum below is what the trainer applied.)
     def __init__(self, config):
         super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = MLP()
         self.opt = torch.optim.SGD(self.net.parameters(), lr=config.optimizer.lr * 0.2)
         self.sums = [torch.zeros_like(p) for p in self.net.parameters()]
 
@@ -610,23 +575,19 @@ class GradientsNeverZeroed(Case):
 
 # ---------------------------------------------------------------- healthy programs
 
-class HealthyMLP(Case):
-    def __init__(self, config):
-        super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = MLP(hidden=128)
-        self.opt = sgd(self.net, config)
+class HealthyMLP(FashionCase):
+    def build(self):
+        return MLP(hidden=128)
 
 
-class HealthyCNN(Case):
+class HealthyCNN(FashionCase):
     """A CNN with BatchNorm and Dropout modules, switched by train()/eval() as intended."""
-    def __init__(self, config):
-        super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized(flat=False)
-        self.net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
-                                 nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-                                 nn.Flatten(), nn.Dropout(0.25), nn.Linear(16 * 7 * 7, 10))
-        self.opt = sgd(self.net, config)
+    flat = False
+
+    def build(self):
+        return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Dropout(0.25), nn.Linear(16 * 7 * 7, 10))
 
 
 class Attention(CausalSelfAttention):
@@ -670,23 +631,19 @@ class HealthyRegression(SqueezedLogitsAgainstColumnLabels):
         return self.net(inputs)
 
 
-class HealthyTwoOptimizers(Case):
+class HealthyTwoOptimizers(FashionCase):
     """The body with SGD, the head with Adam: two declared optimizers."""
     def __init__(self, config):
         super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = MLP(hidden=64)
         self.opt = {"body": torch.optim.SGD(self.net.fc1.parameters(), lr=config.optimizer.lr, momentum=0.9),
                     "head": torch.optim.Adam(self.net.fc2.parameters(), lr=config.optimizer.lr * 0.02)}
 
 
-class HealthySecondOptimizerInStep(Case):
+class HealthySecondOptimizerInStep(FashionCase):
     """Steps a second optimizer (the head's) inside its own optimizer_step() without declaring it:
     healthy, though spikehunt neither monitors nor checkpoints that optimizer."""
     def __init__(self, config):
         super().__init__(config)
-        self.x, self.y, self.xt, self.yt = fashion_normalized()
-        self.net = MLP(hidden=64)
         self.opt = torch.optim.SGD(self.net.fc1.parameters(), lr=config.optimizer.lr, momentum=0.9)
         self.head_opt = torch.optim.Adam(self.net.fc2.parameters(), lr=config.optimizer.lr * 0.02)
 
