@@ -135,7 +135,7 @@ void add_doctor_verb(Cli& cli) {
   doctor_cmd->add_option("--overfit-steps", doctor_args->overfit_steps, "Budget to overfit one batch")
       ->capture_default_str();
   doctor_cmd->add_flag("--json", doctor_args->json, "Machine-readable output (a JSON document, also on errors)");
-  doctor_cmd->add_flag("--verbose", doctor_args->verbose, "With a thrown error's whole text (LibTorch's backtrace)");
+  doctor_cmd->add_flag("--verbose", doctor_args->verbose, "With a thrown error's whole text (LibTorch's backtrace or the Python traceback) and the time each probe took");
 }
 
 }  // namespace spikehunt

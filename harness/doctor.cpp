@@ -294,7 +294,7 @@ VitalSign code_error_sign(const TrainingError& e) {
   fail(v, kRankCodeError,
        e.cause().empty() ? "the training code throws in the " + e.stage() + " stage: " + e.message()
                          : e.cause() + " (the " + e.stage() + " stage throws)",
-       e.cause().empty() ? "read the message; --verbose shows LibTorch's whole text" : e.cause());
+       e.cause().empty() ? "read the message; --verbose shows its whole text (LibTorch's backtrace, or the Python traceback)" : e.cause());
   return v;
 }
 

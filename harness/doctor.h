@@ -109,7 +109,8 @@ using ScenarioFactory = std::function<std::unique_ptr<Scenario>()>;
 DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& options);
 
 // The most likely cause first, then every sign. `verbose`: a thrown error's
-// whole text (LibTorch's backtrace included).
+// whole text (LibTorch's backtrace or the Python traceback) and the time each
+// probe took.
 std::string doctor_text(const DoctorReport& report, bool verbose = false);
 nlohmann::json doctor_json(const DoctorReport& report);
 
