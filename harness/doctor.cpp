@@ -139,6 +139,12 @@ bool class_ids(const torch::Tensor& y) {
   return y.defined() && y.dim() == 1 && !y.is_floating_point() && y.scalar_type() != torch::kBool;
 }
 
+// Every row of (batch, classes) outputs is a probability distribution.
+bool probability_rows(const torch::Tensor& out) {
+  const torch::Tensor o = out.to(torch::kFloat64);
+  return o.min().item<double>() >= -1e-6 && (o.sum(1) - 1).abs().max().item<double>() < 1e-4;
+}
+
 struct Prediction {
   int64_t label = 0, predicted = 0;
   double confidence = 0;  // softmax probability of the predicted class
@@ -406,7 +412,7 @@ VitalSign loss_output_mismatch(Scenario& s, const Batch& b) {
     return v;
   }
   const torch::Tensor o = out.to(torch::kFloat64);
-  const bool probabilities = o.min().item<double>() >= -1e-6 && (o.sum(1) - 1).abs().max().item<double>() < 1e-4;
+  const bool probabilities = probability_rows(o);
   const bool labels_fit = b.targets.max().item<int64_t>() < out.size(1) && b.targets.min().item<int64_t>() >= 0;
   v.data = {{"probabilities", probabilities}, {"loss", number(loss)}};
   if (!labels_fit) {
@@ -1108,17 +1114,13 @@ VitalSign input_dependence(const Watched& w) {
 VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
   VitalSign v = sign("eval_consistency");
   const Batch& b = p.batches.front();
-  torch::Tensor a, again, part;
   const int64_t n = b.inputs.dim() ? b.inputs.size(0) : 0;
-  {
-    EvalMode eval(s.model());
-    torch::NoGradGuard no_grad;
-    auto run = [&](const torch::Tensor& x) {
-      return guarded("forward", [&] { return s.forward(x, Tap()); }).detach().to(torch::kFloat64).clone();
-    };
-    a = run(b.inputs);
-    again = run(b.inputs);
-    if (n >= 4 && a.dim() >= 1 && a.size(0) == n) part = run(b.inputs.slice(0, 0, n / 2));
+  const torch::Tensor a = fixed_outputs(s, b), again = fixed_outputs(s, b);
+  torch::Tensor part;
+  if (n >= 4 && a.dim() >= 1 && a.size(0) == n) {
+    Batch half;
+    half.inputs = b.inputs.slice(0, 0, n / 2);
+    part = fixed_outputs(s, half);
   }
   // The train/eval gap, on this throwaway scenario (a training-mode forward
   // moves batch norm's running statistics), and the modules whose output
@@ -1213,9 +1215,7 @@ LossProbe probe_loss(Scenario& s, const torch::Tensor& out, const Batch& b) {
     }
   }
   if (ids) {
-    const torch::Tensor o = out.to(torch::kFloat64);
-    const bool probabilities = o.min().item<double>() >= -1e-6 && (o.sum(1) - 1).abs().max().item<double>() < 1e-4;
-    if (probabilities) {
+    if (probability_rows(out)) {
       const torch::Tensor wrong = torch::one_hot((y + 1) % out.size(1), out.size(1)).to(out.scalar_type());
       try {
         r.zero_prob = s.loss(wrong, y).item<double>();
