@@ -194,6 +194,7 @@ void add_verbs(Cli& cli) {
   add_compare_verb(cli);
   add_shrink_verb(cli);
   add_lr_sensitivity_verb(cli);
+  add_calibrate_verb(cli);
   add_report_verb(cli);
 }
 

@@ -21,7 +21,7 @@ namespace spikehunt {
 namespace {
 
 struct DoctorArgs {
-  std::string config, planted;
+  std::string config, planted, rules;
   std::vector<std::string> sets;
   bool json = false, verbose = false;
   int64_t steps = 100, overfit_steps = 1000;
@@ -71,14 +71,15 @@ int doctor_verb(const DoctorArgs& a) {
     make = [name = a.planted] { return make_planted_scenario(name); };
     title = "planted bug " + a.planted;
   } else {
-    config = a.config.empty() ? default_config(a.sets) : load_config(a.config, a.sets);
+    const std::vector<std::string> sets = with_rules(a.rules, a.sets);
+    config = a.config.empty() ? default_config(sets) : load_config(a.config, sets);
     if (config.scenario == "standard") {  // load the data once for every sign
       auto data = std::make_shared<const Dataset>(load_dataset(config.dataset));
       make = [config, data] { return make_scenario(config, data); };
     } else {
       make = [config] { return make_scenario(config); };
     }
-    title = config_source(a.config, a.sets);
+    title = config_source(a.config, sets);
   }
   configure_runtime(config);
   DoctorOptions o;
@@ -128,6 +129,7 @@ void add_doctor_verb(Cli& cli) {
                                   });
   doctor_cmd->add_option("--config", doctor_args->config, "Config JSON (default: the built-in default)");
   doctor_cmd->add_option("--set", doctor_args->sets, "Override one field (repeatable)")->allow_extra_args(false);
+  add_rules_flag(doctor_cmd, doctor_args->rules);
   doctor_cmd->add_option("--planted", doctor_args->planted,
                          "A planted-bug scenario: healthy, detached_logits, log_zero_loss, shifted_labels, "
                          "imbalanced_majority, vanishing_deep_sigmoid, exploding_no_clip, dead_relu");

@@ -6,8 +6,11 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/files.h"
+#include "scenarios/config.h"
 
 namespace spikehunt {
 
@@ -147,6 +150,45 @@ std::optional<std::pair<int64_t, int64_t>> shard_from_slurm(const std::function<
                      "submit the array as a range (--array=0-K or A-B:S), or give --shard I/N");
   }
   return std::make_pair((task - min) / step, count);
+}
+
+void add_rules_flag(CLI::App* verb, std::string& file) {
+  verb->add_option("--rules", file,
+                   "Health rules file (`spikehunt calibrate` writes one): its health fields over the config's");
+}
+
+std::vector<std::string> with_rules(const std::string& file, const std::vector<std::string>& sets) {
+  if (file.empty()) return sets;
+  const std::string text = read_file(file);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(file, "", "", std::string("is not JSON: ") + e.what(), "spikehunt calibrate --out FILE writes one");
+  }
+  if (!j.is_object() || !j.contains("health") || !j["health"].is_object()) {
+    throw InputError(file, "health", j.is_object() && j.contains("health") ? j["health"].dump() : "",
+                     "must be an object of health rule fields", "e.g. {\"health\": {\"param_jump_limit\": 1.5}}");
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (key != "health" && key != "calibration") {
+      throw InputError(file, key, "", "is not a key of a rules file (health, calibration)");
+    }
+  }
+  std::vector<std::string> out;
+  for (const auto& [field, value] : j["health"].items()) {
+    const std::string set = "health." + field + "=" + value.dump();
+    try {
+      parse_config(config_to_json(TrainingConfig{}), file, {set});
+    } catch (const InputError& e) {
+      throw InputError(file, "health." + field, value.dump(), "is not a health rule the config takes: " +
+                       (e.problems().empty() ? std::string(e.what()) : e.problems().front().message),
+                       "docs/health.md lists the rules and their ranges");
+    }
+    out.push_back(set);
+  }
+  out.insert(out.end(), sets.begin(), sets.end());
+  return out;
 }
 
 std::string config_source(const std::string& file, const std::vector<std::string>& sets) {

@@ -60,8 +60,14 @@ void apply_finish_args(const char* verb, const FinishArgs& a, SweepOptions* o);
 // InputError names --vary.
 LrVary parse_vary(const std::string& text);
 // "3e-4,1e-3,..." (what --lrs takes): each a learning rate in (0, 10];
-// anything else is an InputError naming --lrs.
-std::vector<double> parse_lrs(const std::string& text);
+// anything else is an InputError naming the verb's --lrs.
+std::vector<double> parse_lrs(const std::string& text, const char* verb = "lr-sensitivity");
+
+// --rules FILE (what `spikehunt calibrate` writes): the file's "health"
+// fields as --set overrides, ahead of the verb's own --set (which win).
+// An InputError names the file, the field and the value it rejects.
+void add_rules_flag(CLI::App* verb, std::string& file);
+std::vector<std::string> with_rules(const std::string& file, const std::vector<std::string>& sets);
 
 // Where a config came from, as headers print it: "<built-in default>" or the
 // file, and the overrides ("my.json with --set optimizer.lr=0.1").

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "base/program.h"
+#include "cli/flags.h"
 #include "cli/verbs.h"
 #include "harness/guard.h"
 
@@ -15,7 +16,7 @@ namespace spikehunt {
 
 void add_guard_verb(Cli& cli) {
   struct GuardArgs {
-    std::string action, suite, out, baseline;
+    std::string action, suite, out, baseline, rules;
     std::vector<std::string> sets;
     GuardOptions options;
   };
@@ -28,7 +29,7 @@ void add_guard_verb(Cli& cli) {
         if (g.action == "record") {
           if (g.out.empty()) throw flag_error(verb, "--out", "", "is required", "where to write the baseline JSON");
           if (!g.baseline.empty()) throw flag_error(verb, "--baseline", g.baseline, "applies to guard check", "record writes --out");
-          return guard_record(g.suite, g.out, g.sets, std::cout, g.options);
+          return guard_record(g.suite, g.out, with_rules(g.rules, g.sets), std::cout, g.options);
         }
         if (g.baseline.empty()) {
           throw flag_error(verb, "--baseline", "", "is required", "the file guard record --out wrote");
@@ -36,7 +37,7 @@ void add_guard_verb(Cli& cli) {
         if (!g.out.empty()) {
           throw flag_error(verb, "--out", g.out, "applies to guard record", "check writes nothing: it reads --baseline");
         }
-        return guard_check(g.suite, g.baseline, g.sets, std::cout, g.options);
+        return guard_check(g.suite, g.baseline, with_rules(g.rules, g.sets), std::cout, g.options);
       });
   guard->add_option("-j,--jobs", guard_args->options.jobs, "Configs at once, each in its own worker process")
       ->capture_default_str()->check(CLI::PositiveNumber);
@@ -47,6 +48,7 @@ void add_guard_verb(Cli& cli) {
   guard->add_option("--suite", guard_args->suite, "Suite JSON: the pinned configs and the tolerances");
   guard->add_option("--out", guard_args->out, "record: the baseline JSON to write");
   guard->add_option("--baseline", guard_args->baseline, "check: the baseline JSON guard record wrote");
+  add_rules_flag(guard, guard_args->rules);
   guard->add_option("--set", guard_args->sets, "Override a field of every config, e.g. --set optimizer.lr=0.1 (repeatable)")
       ->allow_extra_args(false);
 }

@@ -34,13 +34,13 @@ std::vector<std::string> comma_items(const std::string& text) {
 
 }  // namespace
 
-std::vector<double> parse_lrs(const std::string& text) {
+std::vector<double> parse_lrs(const std::string& text, const char* verb) {
   std::vector<double> lrs;
   for (const std::string& item : comma_items(text)) {
     char* end = nullptr;
     const double x = std::strtod(item.c_str(), &end);
     if (item.empty() || end == nullptr || *end != '\0' || !(x > 0) || !(x <= 10)) {
-      throw flag_error("lr-sensitivity", "--lrs", text, "holds \"" + item + "\", not a learning rate in (0, 10]",
+      throw flag_error(verb, "--lrs", text, "holds \"" + item + "\", not a learning rate in (0, 10]",
                        "e.g. --lrs 3e-4,1e-3,3e-3");
     }
     lrs.push_back(x);
@@ -72,7 +72,7 @@ LrVary parse_vary(const std::string& text) {
 
 void add_lr_sensitivity_verb(Cli& cli) {
   struct LrArgs : WorkerArgs {
-    std::string config, lrs, timeout = "10m", out = "results/lr-sensitivity";
+    std::string config, lrs, rules, timeout = "10m", out = "results/lr-sensitivity";
     std::vector<std::string> sets, vary;
     int64_t heldout = 256;
     int jobs = 2;
@@ -85,7 +85,7 @@ void add_lr_sensitivity_verb(Cli& cli) {
         check_positive("lr-sensitivity", "--heldout", l->heldout);
         LrSensitivityOptions o;
         o.source = l->config;
-        o.config = load_config(l->config, l->sets);
+        o.config = load_config(l->config, with_rules(l->rules, l->sets));
         for (const std::string& v : l->vary) o.vary.push_back(parse_vary(v));
         if (!l->lrs.empty()) o.lrs = parse_lrs(l->lrs);
         o.heldout = l->heldout;
@@ -97,6 +97,7 @@ void add_lr_sensitivity_verb(Cli& cli) {
       });
   lr->add_option("--config", l->config, "The config JSON to train at every point (e.g. configs/gpt.json)")->required();
   lr->add_option("--set", l->sets, "Override one field of it, e.g. --set max_batches_per_epoch=100 (repeatable)");
+  add_rules_flag(lr, l->rules);
   lr->add_option("--vary", l->vary,
                  "A field and its values, e.g. --vary model.gpt.qk_layernorm=false,true (repeatable: variants multiply)");
   lr->add_option("--lrs", l->lrs, "Peak learning rates, comma-separated (default: Wortsman et al.'s 3e-4,1e-3,...,3e-1)");

@@ -27,7 +27,7 @@ namespace spikehunt {
 namespace {
 
 struct RunArgs {
-  std::string config;
+  std::string config, rules;
   std::vector<std::string> sets;
   std::string out = "results";
   bool no_checkpoints = false;
@@ -95,8 +95,9 @@ void print_header(const TrainingConfig& c, const std::string& source, Scenario* 
 }
 
 int run_verb(const RunArgs& a) {
-  const std::string source = config_source(a.config, a.sets);
-  const TrainingConfig config = a.config.empty() ? default_config(a.sets) : load_config(a.config, a.sets);
+  const std::vector<std::string> sets = with_rules(a.rules, a.sets);
+  const std::string source = config_source(a.config, sets);
+  const TrainingConfig config = a.config.empty() ? default_config(sets) : load_config(a.config, sets);
   if (a.print_config) {
     std::cerr << "# " << config_origin(a.config) << "\n";  // stdout stays JSON
     std::cout << config_to_json(config).dump(2) << "\n";
@@ -191,6 +192,7 @@ void add_run_verb(Cli& cli) {
   CLI::App* run = cli.verb("run", "Run one training burst under the monitor and tell the story of its failure",
                            [run_args] { return run_verb(*run_args); });
   run->add_option("--config", run_args->config, "Config JSON (default: the built-in default, configs/default.json)");
+  add_rules_flag(run, run_args->rules);
   run->add_option("--set", run_args->sets, "Override one field, e.g. --set optimizer.lr=0.01 (repeatable)")
       ->allow_extra_args(false);
   run->add_option("--out", run_args->out, "Folder the run's folder <YYYYMMDD-HHMMSS>-<config hash>/ is written under (relative to the current directory)")->capture_default_str();

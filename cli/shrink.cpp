@@ -16,7 +16,7 @@ namespace spikehunt {
 namespace {
 
 struct ShrinkArgs : WorkerArgs {
-  std::string config, run, space, timeout = "5m", out;
+  std::string config, run, space, rules, timeout = "5m", out;
   int64_t bursts = 100;
   int jobs = 2;
 };
@@ -42,7 +42,7 @@ void add_shrink_verb(Cli& cli) {
       }
       o.source += "/config.json";
     }
-    o.config = load_config(o.source);
+    o.config = load_config(o.source, with_rules(k->rules, {}));
     if (!k->space.empty()) o.space = SearchSpace::load(k->space);
     o.jobs = k->jobs;
     o.timeout_seconds = parse_duration(k->timeout, "shrink", "--timeout");
@@ -53,6 +53,7 @@ void add_shrink_verb(Cli& cli) {
   });
   shrink_cmd->add_option("--config", k->config, "The failing config JSON");
   shrink_cmd->add_option("--run", k->run, "A `spikehunt run` result: its id under results/, or its folder");
+  add_rules_flag(shrink_cmd, k->rules);
   shrink_cmd->add_option("--space", k->space, "Space giving the simplest values and grids (default: built-in)");
   shrink_cmd->add_option("-j,--jobs", k->jobs, "Bursts at once")->capture_default_str();
   shrink_cmd->add_option("--bursts", k->bursts, "Bursts the shrink may run (a count; a sweep's --budget is time)")

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "cli/flags.h"
 #include "cli/verbs.h"
@@ -16,7 +17,7 @@ namespace spikehunt {
 namespace {
 
 struct SweepArgs : FinishArgs {
-  std::string space, out = "results/sweep", shard;
+  std::string space, rules, out = "results/sweep", shard;
   int64_t runs = 24;
   uint64_t seed = 0;
   bool shrink_in_shard = false;
@@ -32,6 +33,13 @@ void add_sweep_verb(Cli& cli) {
         if (!s->space.empty()) {
           o.space = SearchSpace::load(s->space);
           o.space_source = s->space;
+        }
+        if (!s->rules.empty()) {  // the rules file's health fields over the space's base config
+          nlohmann::json j = o.space.to_json();
+          if (!j.contains("base")) j["base"] = nlohmann::json::object();
+          apply_overrides(j["base"], with_rules(s->rules, {}));
+          o.space = SearchSpace::from_json(j, o.space_source);
+          o.space_source += " with --rules " + s->rules;
         }
         check_positive("sweep", "--runs", s->runs);
         apply_finish_args("sweep", *s, &o);
@@ -53,6 +61,7 @@ void add_sweep_verb(Cli& cli) {
         return run_sweep(o, std::cout);
       });
   sweep->add_option("--space", s->space, "Search space JSON (default: the built-in space, configs/space.json)");
+  add_rules_flag(sweep, s->rules);
   sweep->add_option("--runs", s->runs, "Search samples")->capture_default_str();
   sweep->add_option("--seed", s->seed, "Sweep seed: sample i is the same point for the same seed")->capture_default_str();
   add_finish_flags(sweep, *s, "Wall-time budget for the whole sweep, e.g. 30m, 90s, 1h30m (a duration)",

@@ -18,6 +18,7 @@ void add_merge_verb(Cli& cli);           // merge.cpp
 void add_compare_verb(Cli& cli);         // compare.cpp
 void add_shrink_verb(Cli& cli);          // shrink.cpp
 void add_lr_sensitivity_verb(Cli& cli);  // lr_sensitivity.cpp
+void add_calibrate_verb(Cli& cli);       // calibrate.cpp
 void add_report_verb(Cli& cli);          // report.cpp
 
 }  // namespace spikehunt

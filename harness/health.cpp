@@ -286,14 +286,19 @@ void HealthJudge::judge(StepRecord& r) {
       limit("attention_logit_limit", attention, h.attention_logit_limit);
       limit("logit_z_limit", z, h.logit_z_limit);
     }
+    // A weight's jump against its norm, where the optimizer's step scales
+    // with the gradient (SGD); where the optimizer normalizes its steps
+    // (Adam and kin), a step of about lr per coordinate is what it always
+    // makes, however large against a small weight: judge the step against lr.
     if (h.param_jump_limit > 0) {
       double worst = 0;
       for (const LayerStats& l : r.layers) {
-        if (!l.is_weight || !(l.param_norm_before > 0)) continue;
+        if (!l.is_weight || l.adaptive || !(l.param_norm_before > 0)) continue;
         worst = std::max(worst, std::fabs(l.param_norm_after - l.param_norm_before) / l.param_norm_before);
       }
       if (worst > h.param_jump_limit) fire(r, "param_jump_limit", worst, h.param_jump_limit, worst);
     }
+    limit("update_ratio_limit", r.update_ratio, h.update_ratio_limit);
     // A windowed rule: silent until its window is full and below its floor;
     // fires when the window's score of the value passes the threshold.
     auto windowed = [&](const char* name, const auto& w, double value, double floor, double threshold, auto score) {

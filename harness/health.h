@@ -12,7 +12,11 @@
 //   logit_z_limit          max |log Z| > limit, over taps whose names end in
 //                          "_z" (the output logits' log-sum-exp per token)
 //   param_jump_limit       a weight (≥ 2-dim parameter) whose norm changed by
-//                          more than limit × its norm in one step
+//                          more than limit × its norm in one step, for
+//                          optimizers whose step scales with the gradient
+//   update_ratio_limit     a parameter of an optimizer that normalizes its
+//                          steps (Adam and kin) whose step's RMS per
+//                          coordinate is more than limit × the lr applied
 //   loss_spike, grad_norm_spike, activation_spike
 //                          z-score of log10(value) against the trailing window
 //                          > spike_z, and value > the rule's floor

@@ -92,7 +92,9 @@ Monitor::Monitor(Scenario& scenario, const HealthRules& rules)
   for (const ParamSlot& p : parameter_slots(scenario)) {
     params_.push_back({p.name, p.tensor});
     param_group_.push_back(p.optimizer >= 0 ? group_index.at({p.optimizer, p.group}) : -1);
+    adaptive_.push_back(p.optimizer >= 0 && normalizes_updates(*optimizers_[size_t(p.optimizer)].optimizer));
   }
+  before_copy_.resize(params_.size());
 }
 
 int Monitor::reserve(int n) {
@@ -179,6 +181,7 @@ void Monitor::begin_step(int64_t step, const std::vector<Batch>& batches) {
   input_slots_.clear();
   output_slots_.clear();
   layers_.assign(params_.size(), LayerSlots{});
+  copied_ = false;
   const Batch& first = batches.front();
   record_.step = step;
   record_.phase = first.phase;
@@ -257,7 +260,13 @@ void Monitor::after_backward() {
     } else {
       layers_[i].before = push_stats(t);
     }
+    torch::Tensor& copy = before_copy_[i];
+    if (!copy.defined() || copy.sizes() != t.sizes() || copy.dtype() != t.dtype() || copy.device() != t.device()) {
+      copy = torch::empty_like(t, torch::MemoryFormat::Contiguous);
+    }
+    copy.copy_(t.detach());
   }
+  copied_ = true;
 }
 
 StepRecord Monitor::finish_step() {
@@ -288,6 +297,10 @@ StepRecord Monitor::finish_step() {
   for (size_t i = params_.size(); i-- > 0;) {
     for (size_t j : layer_state[i]) put_stats(state_slot[j], state[j].tensor);
     put_stats(layers_[i].after, params_[i].tensor);
+    if (copied_) {  // the step: before − after, in the copy (copied again next step)
+      layers_[i].update = reserve(2);
+      put_stats(layers_[i].update, before_copy_[i].sub_(params_[i].tensor.detach()));
+    }
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     check(Stage::kOptimizerStep, params_[i].name, params_[i].tensor, layers_[i].after);
@@ -332,7 +345,13 @@ StepRecord Monitor::finish_step() {
     else same->max_abs = fold_max(same->max_abs, m);
     r.activation_max = fold_max(r.activation_max, m);
   }
-  double grad_sq = 0, before_sq = 0, after_sq = 0, state_sq = 0;
+  // Per optimizer group: the learning rate it applied (its state below).
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const auto [o, k] = groups_[g];
+    r.groups.push_back({optimizers_[size_t(o)].name, k,
+                        group_lr(optimizers_[size_t(o)].optimizer->param_groups()[size_t(k)]), 0, 0});
+  }
+  double grad_sq = 0, before_sq = 0, after_sq = 0, state_sq = 0, update_sq = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const LayerSlots& s = layers_[i];
     LayerStats l;
@@ -348,6 +367,15 @@ StepRecord Monitor::finish_step() {
       l.state_max = fold_max(l.state_max, max_at(k));
     }
     l.state_norm = std::sqrt(sq);
+    l.update_norm = at(s.update);
+    l.adaptive = adaptive_[i];
+    const double lr = param_group_[i] >= 0 ? r.groups[size_t(param_group_[i])].lr : 0.0;
+    const int64_t n = params_[i].tensor.numel();
+    if (l.adaptive && lr > 0 && n > 0) {
+      l.update_ratio = l.update_norm / (lr * std::sqrt(double(n)));
+      r.update_ratio = fold_max(r.update_ratio, l.update_ratio);
+    }
+    update_sq += l.update_norm * l.update_norm;
     grad_sq += l.grad_norm * l.grad_norm;
     before_sq += l.param_norm_before * l.param_norm_before;
     after_sq += l.param_norm_after * l.param_norm_after;
@@ -356,13 +384,8 @@ StepRecord Monitor::finish_step() {
     r.state_max = fold_max(r.state_max, l.state_max);
     r.layers.push_back(std::move(l));
   }
-  // Per optimizer group: its state and the learning rate it applied.
+  // Per optimizer group: its state.
   std::vector<double> group_sq(groups_.size(), 0.0);
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    const auto [o, k] = groups_[g];
-    r.groups.push_back({optimizers_[size_t(o)].name, k,
-                        group_lr(optimizers_[size_t(o)].optimizer->param_groups()[size_t(k)]), 0, 0});
-  }
   for (size_t i = 0; i < params_.size(); ++i) {
     const int g = param_group_[i];
     if (g < 0) continue;
@@ -375,6 +398,7 @@ StepRecord Monitor::finish_step() {
   r.param_norm_before = std::sqrt(before_sq);
   r.param_norm_after = std::sqrt(after_sq);
   r.state_norm = std::sqrt(state_sq);
+  r.update_norm = std::sqrt(update_sq);
 
   // Localize: the first non-finite tensor in stage order. Counts only now.
   for (const Check& c : checks_) {

@@ -1,5 +1,7 @@
 // monitor.h — watches one training step and classifies it.
-// Collects loss, gradient, parameter (before and after the optimizer step),
+// Collects loss, gradient, parameter (before and after the optimizer step,
+// and the step itself: ‖after − before‖, from a copy of the parameters that
+// costs their memory once more),
 // optimizer-state, input and activation statistics as 0-dim double tensors on
 // the training device, copies them to the host once per step, judges the
 // step's health, and names the first non-finite tensor with its stage and
@@ -98,7 +100,7 @@ class Monitor : public TapSink {
     std::optional<NonFiniteCounts> counts;  // on the CPU, counted at once when non-finite
   };
   struct LayerSlots {  // norm slots; the max of each is the next slot
-    int grad = -1, before = -1, after = -1;
+    int grad = -1, before = -1, after = -1, update = -1;
     std::vector<int> state;
   };
 
@@ -116,6 +118,11 @@ class Monitor : public TapSink {
   Scenario& scenario_;
   std::vector<NamedTensor> params_;
   std::vector<int> param_group_;         // per parameter: index into groups_ (-1: no optimizer)
+  std::vector<char> adaptive_;           // per parameter: its optimizer normalizes updates (Adam and kin)
+  // Each parameter as it was before this step's optimizer step (copied in
+  // after_backward; the step's update is measured against it, in place).
+  std::vector<torch::Tensor> before_copy_;
+  bool copied_ = false;
   std::vector<NamedOptimizer> optimizers_;
   std::vector<std::pair<int, int>> groups_;  // (optimizer, group) in order
   std::vector<std::string> phase_names_;

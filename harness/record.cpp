@@ -140,6 +140,8 @@ void each_step_number(Record& r, V&& v) {
   v("output_max", r.output_max);
   v("activation_max", r.activation_max);
   v("lr", r.lr);
+  v("update_norm", r.update_norm);
+  v("update_ratio", r.update_ratio);
 }
 
 template <class Metrics, class V>
@@ -151,6 +153,11 @@ void each_metric_number(Metrics& m, V&& v) {
   v("max_logit_z", m.max_logit_z);
 }
 
+// Statistics added after traces were first written (older traces lack them).
+bool is_later_field(const std::string& key) {
+  return key == "output_max" || key == "lr" || key == "update_norm" || key == "update_ratio";
+}
+
 template <class Layer, class V>
 void each_layer_number(Layer& l, V&& v) {
   v("grad_norm", l.grad_norm);
@@ -159,6 +166,8 @@ void each_layer_number(Layer& l, V&& v) {
   v("param_norm_after", l.param_norm_after);
   v("state_norm", l.state_norm);
   v("state_max", l.state_max);
+  v("update_norm", l.update_norm);
+  v("update_ratio", l.update_ratio);
 }
 
 }  // namespace
@@ -167,6 +176,7 @@ json to_json(const StepRecord& r) {
   json layers = json::array();
   for (const LayerStats& l : r.layers) {
     json layer = {{"name", l.name}, {"is_weight", l.is_weight}};
+    if (l.adaptive) layer["adaptive"] = true;
     each_layer_number(l, [&](const char* key, double x) { layer[key] = number(x); });
     layers.push_back(layer);
   }
@@ -256,10 +266,9 @@ StepRecord step_record_from_json(const json& j, const std::string& file) {
     r.phase = j.value("phase_index", int64_t{0});
     r.epoch = j.at("epoch").get<int64_t>();
     r.batch = j.at("batch").get<int64_t>();
-    // output_max and lr came later: a trace without them reads them as 0.
+    // Fields that came later: a trace without them reads them as 0.
     each_step_number(r, [&](const char* key, double& x) {
-      const bool optional = std::string(key) == "output_max" || std::string(key) == "lr";
-      x = optional && !j.contains(key) ? 0.0 : number_from(j.at(key));
+      x = is_later_field(key) && !j.contains(key) ? 0.0 : number_from(j.at(key));
     });
     r.micro_batches = j.value("micro_batches", int64_t{1});
     r.loss_scale = j.contains("loss_scale") ? number_from(j.at("loss_scale")) : 0.0;
@@ -269,7 +278,10 @@ StepRecord step_record_from_json(const json& j, const std::string& file) {
       LayerStats s;
       s.name = l.at("name").get<std::string>();
       s.is_weight = l.value("is_weight", false);
-      each_layer_number(s, [&](const char* key, double& x) { x = number_from(l.at(key)); });
+      s.adaptive = l.value("adaptive", false);
+      each_layer_number(s, [&](const char* key, double& x) {
+        x = is_later_field(key) && !l.contains(key) ? 0.0 : number_from(l.at(key));
+      });
       r.layers.push_back(s);
     }
     r.input_hash = hash_from(j.at("input_hash"), "input_hash", file);

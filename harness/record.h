@@ -45,6 +45,13 @@ struct LayerStats {
   double param_norm_after = 0;   // L2 after the optimizer step
   double state_norm = 0;         // L2 over its optimizer state (momentum / Adam moments)
   double state_max = 0;          // max |state element|
+  // The step itself: the L2 of (parameter after − before), and for a
+  // parameter of an optimizer that normalizes its updates (Adam and kin,
+  // `adaptive`) that step's RMS per coordinate over the learning rate it
+  // applied (about 1 or less for a healthy Adam step; 0 otherwise).
+  double update_norm = 0;
+  double update_ratio = 0;
+  bool adaptive = false;
 };
 
 // One param group of one optimizer at a step.
@@ -109,6 +116,8 @@ struct StepRecord {
   double output_max = 0;         // max |output| (what forward returned)
   double activation_max = 0;     // max over taps of max |activation|
   double lr = 0;                 // the learning rate of the first optimizer's first group this step
+  double update_norm = 0;        // global L2 of the step (parameters after − before)
+  double update_ratio = 0;       // the largest LayerStats::update_ratio (0: no adaptive optimizer)
   int64_t micro_batches = 1;     // batches accumulated into this optimizer step
   double loss_scale = 0;         // fp16: the loss scale this step's backward used (0: no scaling)
   bool skipped = false;          // fp16: the scaled gradients overflowed, the optimizer did not step

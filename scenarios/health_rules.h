@@ -23,7 +23,8 @@ struct HealthRules {
   double max_grad_limit = 1e2;          // largest |grad| element
   double activation_limit = 1e4;        // largest |activation| at any tap
   double optimizer_state_limit = 1e2;   // largest |momentum| or |Adam moment|
-  double param_jump_limit = 0.5;        // per layer |Δ‖θ‖| / ‖θ‖ over one step
+  double param_jump_limit = 0.5;        // per layer |Δ‖θ‖| / ‖θ‖ over one step (SGD-like optimizers)
+  double update_ratio_limit = 4.0;      // per layer RMS(Δθ) / lr (optimizers that normalize updates: Adam and kin)
   double loss_spike_floor = 10.0;       // loss_spike fires only above this loss
   double grad_norm_spike_floor = 10.0;  // grad_norm_spike fires only above this norm
   double activation_spike_floor = 1e2;  // activation_spike fires only above this
@@ -32,7 +33,7 @@ struct HealthRules {
   double growth_ratio = 1.4;                 // per-step factor; 0 disables the growth rules
   int64_t growth_steps = 2;                  // consecutive growing steps, [1, 1000]
   double loss_growth_floor = 20.0;           // loss_growth: loss
-  double grad_norm_growth_floor = 30.0;      // grad_norm_growth: global grad norm
+  double grad_norm_growth_floor = 50.0;      // grad_norm_growth: global grad norm
   double max_grad_growth_floor = 20.0;       // max_grad_growth: largest |grad|
   double optimizer_state_growth_floor = 20.0; // optimizer_state_growth: largest |state|
   double activation_growth_floor = 500.0;    // activation_growth: largest |activation|

@@ -150,6 +150,13 @@ bool keeps_step_count(torch::optim::Optimizer& o) {
          is<torch::optim::Adagrad>(o);
 }
 
+bool normalizes_updates(torch::optim::Optimizer& o) {
+  for (const std::string& b : state_buffer_names(o)) {
+    if (b == "exp_avg_sq" || b == "square_avg" || b == "sum" || b == "exp_inf") return true;
+  }
+  return false;
+}
+
 void set_param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param, const ParamState& s) {
   if (auto* foreign = dynamic_cast<ForeignOptimizer*>(&optimizer)) return foreign->write_state(param, s);
   std::unique_ptr<torch::optim::OptimizerParamState> state;

@@ -58,6 +58,12 @@ std::optional<ParamState> param_state(torch::optim::Optimizer& optimizer, const 
 // The buffer names an optimizer keeps per parameter (empty: a type spikehunt does not know).
 std::vector<std::string> state_buffer_names(torch::optim::Optimizer& optimizer);
 bool keeps_step_count(torch::optim::Optimizer& optimizer);
+// Whether the optimizer divides each coordinate's step by a running scale of
+// its own gradients (Adam, AdamW, NAdam, RAdam, Adamax, RMSprop, Adagrad,
+// Adadelta: a second-moment or sum-of-squares buffer), so a step moves every
+// coordinate by about the learning rate whatever the gradient's size. SGD's
+// step is the learning rate times the gradient (or its momentum).
+bool normalizes_updates(torch::optim::Optimizer& optimizer);
 // Rebuilds one parameter's state in the optimizer's own state type.
 void set_param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param, const ParamState& state);
 // Forgets every parameter's state (a checkpoint is restored next).

@@ -157,7 +157,7 @@ TEST(CliConventions, AnUnknownVerbIsNamedWithDidYouMean) {
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
     EXPECT_TRUE(has(r.output, ": minimize is not a verb of ")) << r.output;
     EXPECT_TRUE(has(r.output, "hint: the verbs: run, audit, guard, replay, doctor, sweep, merge, compare, shrink, "
-                              "lr-sensitivity, report"))
+                              "lr-sensitivity, calibrate, report"))
         << r.output;
     EXPECT_FALSE(has(r.output, "burst")) << "the hidden verb is not offered";
   }

@@ -250,6 +250,36 @@ TEST(GptBurst, LearnsAndIsBitIdenticalTwiceInFp32AndBf16) {
   }
 }
 
+// AdamW moves every coordinate by about lr whatever the gradient: at a high
+// peak lr its first steps change small weights' norms by more than half, which
+// is what Adam always does, not a precursor (issue 28: the healthy GPT at lr
+// 0.3 with qk-layernorm was extreme at step 1 on param_jump_limit). Such a
+// parameter is judged by its step against lr instead: about 1, and exactly
+// 1 on the first, bias-corrected, step.
+TEST(GptBurst, AdamWsFirstStepsAtAHighPeakLrAreJudgedAgainstLrNotTheWeight) {
+  const TrainingConfig c = tiny_gpt({"model.gpt.qk_layernorm=true", "optimizer.lr=0.3", "schedule.kind=cosine",
+                                     "schedule.warmup_steps=2", "max_batches_per_epoch=4"});
+  configure_runtime(c);
+  auto s = make_scenario(c);
+  std::vector<StepRecord> steps;
+  BurstOptions o;
+  o.on_step = [&](const StepRecord& r) { steps.push_back(r); };
+  const Verdict v = run_burst(*s, c.health, o).verdict;
+  ASSERT_EQ(steps.size(), 4u);
+  double jump = 0;
+  for (const StepRecord& r : steps) {
+    for (const LayerStats& l : r.layers) {
+      EXPECT_TRUE(l.adaptive) << l.name;
+      if (l.is_weight) jump = std::max(jump, std::fabs(l.param_norm_after - l.param_norm_before) / l.param_norm_before);
+    }
+    if (r.lr > 0) EXPECT_GT(r.update_ratio, 0.3) << "step " << r.step;  // the cosine ends at lr 0: no ratio
+    EXPECT_LE(r.update_ratio, 1.0 + 1e-6) << "step " << r.step;
+  }
+  EXPECT_NEAR(steps[0].update_ratio, 1.0, 1e-3) << "Adam's first step is lr × sign(gradient)";
+  EXPECT_GT(jump, c.health.param_jump_limit) << "the weight-relative rule would have fired";
+  EXPECT_EQ(v.outcome, Outcome::kHealthy) << v.message;
+}
+
 TEST(GptBurst, Bf16AutocastIsActiveAndTheWeightsStayFp32) {
   // qk-layernorm too: its LayerNorms meet bf16 queries and keys.
   const TrainingConfig fp32 = tiny_gpt({"model.gpt.qk_layernorm=true"});

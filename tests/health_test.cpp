@@ -85,6 +85,59 @@ TEST(Health, ParamJumpIgnoresBiases) {
   EXPECT_EQ(judged(judge, r).health, Health::kFinite);
 }
 
+// A parameter of an optimizer that normalizes its steps (Adam and kin) is
+// judged by its step against lr, not its jump against its own norm.
+TEST(Health, AnAdaptiveOptimizersWeightIsJudgedByItsStepAgainstLr) {
+  const HealthRules rules;
+  HealthJudge judge(rules);
+  StepRecord r = step(0);
+  r.layers[0].param_norm_after = r.layers[0].param_norm_before * 1.6;  // AdamW's first step on a small weight
+  r.layers[0].adaptive = true;
+  r.layers[0].update_ratio = r.update_ratio = 1.0;
+  r = judged(judge, r);
+  EXPECT_EQ(r.health, Health::kFinite) << testing::PrintToString(r.rules);
+  StepRecord sgd = step(1);
+  sgd.layers[0].param_norm_after = sgd.layers[0].param_norm_before * 1.6;
+  EXPECT_TRUE(fired(judged(judge, sgd), "param_jump_limit")) << "SGD: as before";
+  StepRecord big = step(2);
+  big.layers[0].adaptive = true;
+  big.layers[0].update_ratio = big.update_ratio = rules.update_ratio_limit * 1.01;  // v decayed, then a gradient
+  big = judged(judge, big);
+  EXPECT_TRUE(fired(big, "update_ratio_limit"));
+  ASSERT_EQ(big.hits.size(), 1u);
+  EXPECT_EQ(big.hits[0].threshold, rules.update_ratio_limit);
+  StepRecord below = step(3);
+  below.update_ratio = rules.update_ratio_limit * 0.99;
+  EXPECT_FALSE(fired(judged(judge, below), "update_ratio_limit"));
+}
+
+// The step's statistics travel through trace.jsonl (onset_eval judges
+// traces again); a trace written before they existed reads them as 0.
+TEST(Health, TheUpdateStatisticsRoundTripThroughATraceLine) {
+  StepRecord r = step(7);
+  r.input_hash = r.label_hash = Hash128{};
+  r.layers[0].adaptive = true;
+  r.layers[0].update_norm = 0.25;
+  r.layers[0].update_ratio = r.update_ratio = 1.5;
+  r.update_norm = 0.25;
+  nlohmann::json line = to_json(r);
+  const StepRecord back = step_record_from_json(line, "trace.jsonl");
+  ASSERT_EQ(back.layers.size(), 1u);
+  EXPECT_TRUE(back.layers[0].adaptive);
+  EXPECT_EQ(back.layers[0].update_norm, 0.25);
+  EXPECT_EQ(back.layers[0].update_ratio, 1.5);
+  EXPECT_EQ(back.update_ratio, 1.5);
+  EXPECT_EQ(back.update_norm, 0.25);
+  line.erase("update_norm");
+  line.erase("update_ratio");
+  line["layers"][0].erase("update_norm");
+  line["layers"][0].erase("update_ratio");
+  line["layers"][0].erase("adaptive");
+  const StepRecord old = step_record_from_json(line, "old.jsonl");
+  EXPECT_EQ(old.update_ratio, 0.0);
+  EXPECT_FALSE(old.layers[0].adaptive);
+}
+
 TEST(Health, ZeroDisablesALimit) {
   HealthRules rules;
   rules.grad_norm_limit = 0;

@@ -297,6 +297,35 @@ TEST(Monitor, ParametersChangedBetweenStepsAreMeasuredAgain) {
   EXPECT_EQ(second.layers[1].param_norm_before, first.layers[1].param_norm_after) << "untouched: reused";
 }
 
+// The step is measured as ‖after − before‖ per parameter (its global L2 in
+// the record); SGD does not normalize its steps, so no update ratio.
+TEST(Monitor, TheUpdateIsTheNormOfTheStepItself) {
+  PlantedScenario s(Plant::kNone, -1, 3);
+  Monitor m(s, HealthRules{});
+  Trainer trainer(s);
+  for (int64_t i = 0; i < 3; ++i) {
+    std::vector<torch::Tensor> before;
+    for (const auto& p : s.model().parameters()) before.push_back(p.detach().clone());
+    const std::vector<Batch> b = trainer.next_batches();
+    m.begin_step(i, b);
+    trainer.step(i, b, &m);
+    const StepRecord r = m.finish_step();
+    ASSERT_EQ(r.layers.size(), before.size());
+    double sq = 0;
+    for (size_t k = 0; k < before.size(); ++k) {
+      const double want = (s.model().parameters()[k].detach().to(torch::kFloat64) - before[k].to(torch::kFloat64))
+                              .norm()
+                              .item<double>();
+      EXPECT_NEAR(r.layers[k].update_norm, want, 1e-6 * want + 1e-12) << r.layers[k].name << " step " << i;
+      EXPECT_FALSE(r.layers[k].adaptive) << "SGD";
+      EXPECT_EQ(r.layers[k].update_ratio, 0.0);
+      sq += want * want;
+    }
+    EXPECT_NEAR(r.update_norm, std::sqrt(sq), 1e-6 * std::sqrt(sq));
+    EXPECT_GT(r.update_norm, 0.0) << "the step moved the weights";
+  }
+}
+
 TEST(Monitor, HashesAreXxh3OfTheBatchBytes) {
   PlantedScenario s(Plant::kNone, -1, 1);
   std::optional<Batch> b = s.next_batch();

@@ -1,0 +1,162 @@
+#include "harness/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "base/number_format.h"
+#include "harness/health.h"
+
+namespace spikehunt {
+
+namespace {
+
+// The fields calibration may raise, by their JSON names (config.cpp's).
+const std::map<std::string, double HealthRules::*>& rule_fields() {
+  static const std::map<std::string, double HealthRules::*> fields = {
+      {"loss_limit", &HealthRules::loss_limit},
+      {"grad_norm_limit", &HealthRules::grad_norm_limit},
+      {"max_grad_limit", &HealthRules::max_grad_limit},
+      {"activation_limit", &HealthRules::activation_limit},
+      {"optimizer_state_limit", &HealthRules::optimizer_state_limit},
+      {"param_jump_limit", &HealthRules::param_jump_limit},
+      {"update_ratio_limit", &HealthRules::update_ratio_limit},
+      {"attention_logit_limit", &HealthRules::attention_logit_limit},
+      {"logit_z_limit", &HealthRules::logit_z_limit},
+      {"loss_spike_floor", &HealthRules::loss_spike_floor},
+      {"grad_norm_spike_floor", &HealthRules::grad_norm_spike_floor},
+      {"activation_spike_floor", &HealthRules::activation_spike_floor},
+      {"loss_growth_floor", &HealthRules::loss_growth_floor},
+      {"grad_norm_growth_floor", &HealthRules::grad_norm_growth_floor},
+      {"max_grad_growth_floor", &HealthRules::max_grad_growth_floor},
+      {"optimizer_state_growth_floor", &HealthRules::optimizer_state_growth_floor},
+      {"activation_growth_floor", &HealthRules::activation_growth_floor},
+      {"chance_loss_factor", &HealthRules::chance_loss_factor},
+      {"loss_sigma_floor", &HealthRules::loss_sigma_floor},
+      {"grad_norm_sigma_floor", &HealthRules::grad_norm_sigma_floor},
+  };
+  return fields;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Up to three significant digits, rounded up: the threshold stays above margin × observed.
+double round_up(double x) {
+  if (!(x > 0) || !std::isfinite(x)) return x;
+  const double scale = std::pow(10.0, std::floor(std::log10(x)) - 2);
+  return std::ceil(x / scale - 1e-9) * scale;
+}
+
+}  // namespace
+
+std::string rule_field(const std::string& rule) {
+  if (rule == "non_finite") return "";
+  if (rule == "chance_loss") return "chance_loss_factor";
+  if (ends_with(rule, "_limit")) return rule;
+  return rule + "_floor";  // spikes, growth and sigma rules: their floors
+}
+
+void set_rule_field(HealthRules& rules, const std::string& field, double value) {
+  const auto it = rule_fields().find(field);
+  if (it == rule_fields().end()) throw std::invalid_argument("not a calibrated health field: " + field);
+  rules.*(it->second) = value;
+}
+
+double rule_field_value(const HealthRules& rules, const std::string& field) {
+  const auto it = rule_fields().find(field);
+  if (it == rule_fields().end()) throw std::invalid_argument("not a calibrated health field: " + field);
+  return rules.*(it->second);
+}
+
+std::optional<std::string> baseline_problem(const Baseline& b) {
+  if (b.steps.empty()) return b.label + ": it ran no step";
+  std::vector<double> window;  // trailing finite losses of the phase
+  int64_t phase = b.steps.front().phase;
+  for (const StepRecord& r : b.steps) {
+    if (r.health == Health::kNonFinite) {
+      return b.label + ": step " + std::to_string(r.step) + " is non-finite" +
+             (r.fault ? " (" + r.fault->tensor + ", " + to_string(r.fault->stage) + ")" : std::string());
+    }
+    if (r.phase != phase) window.clear(), phase = r.phase;
+    if (window.size() >= 4) {
+      const double median = median_of(window);
+      if (median > 0 && r.loss > 10 * median) {
+        return b.label + ": its loss jumped to " + significant_named(r.loss, 3) + " at step " +
+               std::to_string(r.step) + ", 10x its trailing median " + significant_named(median, 3);
+      }
+    }
+    window.push_back(r.loss);
+    if (window.size() > 16) window.erase(window.begin());
+  }
+  const double first = b.steps.front().loss, last = b.steps.back().loss;
+  if (b.steps.size() >= 4 && !(last < first)) {
+    return b.label + ": its loss did not fall (" + significant_named(first, 3) + " at step 0, " +
+           significant_named(last, 3) + " at the end)";
+  }
+  return std::nullopt;
+}
+
+Calibration derive_rules(const HealthRules& rules, int64_t classes, const std::vector<Baseline>& baselines,
+                         double margin) {
+  if (!(margin >= 1)) throw std::invalid_argument("the margin must be at least 1");
+  Calibration out;
+  out.rules = rules;
+  const double ln_classes = classes >= 2 ? std::log(double(classes)) : 1.0;
+  for (int pass = 0; pass < 20; ++pass) {
+    struct Seen {
+      double observed = 0;
+      std::string where;
+      int64_t steps = 0;
+      std::string rule;
+    };
+    std::map<std::string, Seen> fired;  // by field
+    int64_t flagged = 0, steps = 0;
+    for (const Baseline& b : baselines) {
+      HealthJudge judge(out.rules, classes);
+      for (StepRecord r : b.steps) {
+        judge.judge(r);
+        ++steps;
+        if (r.health == Health::kExtreme) ++flagged;
+        for (const RuleHit& h : r.hits) {
+          const std::string field = rule_field(h.rule);
+          if (field.empty() || !rule_fields().count(field)) continue;
+          const double value = h.rule == "chance_loss" ? h.quantity / ln_classes : h.quantity;
+          Seen& s = fired[field];
+          ++s.steps;
+          s.rule = h.rule;
+          if (!(value <= s.observed)) {  // also takes the first
+            s.observed = value;
+            s.where = b.label + ", step " + std::to_string(r.step);
+          }
+        }
+      }
+    }
+    if (pass == 0) out.flagged_before = flagged, out.baseline_steps = steps;
+    if (fired.empty()) return out;
+    for (const auto& [field, s] : fired) {
+      const double before = rule_field_value(out.rules, field);
+      const double after = std::max(round_up(margin * s.observed), before);
+      set_rule_field(out.rules, field, after);
+      auto it = std::find_if(out.moved.begin(), out.moved.end(), [&](const MovedRule& m) { return m.field == field; });
+      if (it == out.moved.end()) {
+        out.moved.push_back({field, s.rule, before, after, s.observed, s.where, s.steps, ""});
+        it = out.moved.end() - 1;
+      } else {
+        it->after = after;
+        it->observed = std::max(it->observed, s.observed);
+        it->steps += s.steps;
+      }
+      const std::string unit = field == "chance_loss_factor" ? " x ln(classes)" : "";
+      it->why = field + " " + significant_named(it->before, 3) + " -> " + significant_named(it->after, 3) + ": " +
+                it->rule + " fired on " + std::to_string(it->steps) + " healthy step" + (it->steps == 1 ? "" : "s") +
+                ", which reach " + significant_named(it->observed, 3) + unit + " (" + it->where + "); " +
+                significant_named(margin, 3) + "x margin";
+    }
+  }
+  throw std::logic_error("calibration did not settle in 20 passes");
+}
+
+}  // namespace spikehunt
