@@ -301,7 +301,8 @@ TEST(Cli, AnAllNanTensorHasNoLargestFiniteValue) {
 
 TEST(Cli, ReplayingFromACheckpointAtStepZeroSaysSo) {
   TempDir out;
-  const auto r = run_spikehunt("run --set model.kind=mlp --set optimizer.kind=adam --set optimizer.lr=0.5 "
+  // A loss limit under the loss at init: the first step is the onset.
+  const auto r = run_spikehunt("run --set model.kind=mlp --set health.loss_limit=1 "
                                "--set max_batches_per_epoch=3 --set dataset.synthetic_train_per_class=20 --out " +
                                out.path());
   ASSERT_EQ(r.exit_code, 1) << r.output;
