@@ -72,19 +72,19 @@ double rule_field_value(const HealthRules& rules, const std::string& field) {
 }
 
 std::optional<std::string> baseline_problem(const Baseline& b) {
-  if (b.steps.empty()) return b.label + ": it ran no step";
+  if (b.steps.empty()) return std::string("it ran no step");
   std::vector<double> window;  // trailing finite losses of the phase
   int64_t phase = b.steps.front().phase;
   for (const StepRecord& r : b.steps) {
     if (r.health == Health::kNonFinite) {
-      return b.label + ": step " + std::to_string(r.step) + " is non-finite" +
+      return "step " + std::to_string(r.step) + " is non-finite" +
              (r.fault ? " (" + r.fault->tensor + ", " + to_string(r.fault->stage) + ")" : std::string());
     }
     if (r.phase != phase) window.clear(), phase = r.phase;
     if (window.size() >= 4) {
       const double median = median_of(window);
       if (median > 0 && r.loss > 10 * median) {
-        return b.label + ": its loss jumped to " + significant_named(r.loss, 3) + " at step " +
+        return "its loss jumped to " + significant_named(r.loss, 3) + " at step " +
                std::to_string(r.step) + ", 10x its trailing median " + significant_named(median, 3);
       }
     }
@@ -93,7 +93,7 @@ std::optional<std::string> baseline_problem(const Baseline& b) {
   }
   const double first = b.steps.front().loss, last = b.steps.back().loss;
   if (b.steps.size() >= 4 && !(last < first)) {
-    return b.label + ": its loss did not fall (" + significant_named(first, 3) + " at step 0, " +
+    return "its loss did not fall (" + significant_named(first, 3) + " at step 0, " +
            significant_named(last, 3) + " at the end)";
   }
   return std::nullopt;

@@ -57,7 +57,7 @@ struct Calibration {
 // ln(classes). Empty for non_finite.
 std::string rule_field(const std::string& rule);
 
-// Why a baseline is not healthy, or nullopt: a non-finite step, or a loss
+// Why a baseline is not healthy ("step 5 is non-finite (fc1_act, forward)"), or nullopt: a non-finite step, or a loss
 // that once stood 10x its trailing median within a phase (what the onset
 // corpus calls recovering), or a run that did not lower its loss.
 std::optional<std::string> baseline_problem(const Baseline& b);
