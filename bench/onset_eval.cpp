@@ -33,17 +33,7 @@ LabelledRun load_run(const std::string& trace_path, const std::string& name) {
     run.records.push_back(std::move(r));
   }
   if (run.records.empty()) throw InputError(trace_path, "", "", "has no steps");
-  if (!run.failure_step) {
-    const double chance = run.classes >= 2 ? kRecoveryChance * std::log(double(run.classes)) : 0;
-    for (const StepRecord& r : run.records) run.recovers = run.recovers || (chance > 0 && r.loss > chance);
-    for (size_t t = kRecoveryWindow; t < run.records.size() && !run.recovers; ++t) {
-      std::vector<double> before;
-      for (size_t k = t - kRecoveryWindow; k < t; ++k) {
-        if (run.records[k].phase == run.records[t].phase) before.push_back(run.records[k].loss);
-      }
-      run.recovers = before.size() == kRecoveryWindow && run.records[t].loss >= kRecoveryFactor * median_of(before);
-    }
-  }
+  if (!run.failure_step) run.recovers = loss_left_the_rails(run.records, run.classes).has_value();
   return run;
 }
 

@@ -14,19 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "harness/calibrate.h"
 #include "harness/record.h"
 #include "scenarios/config.h"
 
 namespace spikehunt {
 
-// A run that never went non-finite but whose loss once stood at least
-// kRecoveryFactor times its trailing median (over the kRecoveryWindow steps
-// before, all in the same protocol phase: a domain switch is not a spike), or
-// above kRecoveryChance × ln(classes), "recovers": a real instability that
-// did not end in NaN. The other runs that never went non-finite are healthy.
-constexpr double kRecoveryFactor = 10.0;
-constexpr size_t kRecoveryWindow = 16;
-constexpr double kRecoveryChance = 10.0;
+// A run that never went non-finite "recovers" when its loss left the rails
+// (loss_left_the_rails, harness/calibrate.h: what calibrate refuses as a
+// baseline too); the other runs that never went non-finite are healthy.
 // A lead below this many steps is too short to act on (the bar).
 constexpr int64_t kShortLead = 5;
 
@@ -35,7 +31,7 @@ struct LabelledRun {
   std::vector<StepRecord> records;      // every step, in order
   int64_t classes = 0;                  // from the records' label histograms
   std::optional<int64_t> failure_step;  // the first non-finite step: the label
-  bool recovers = false;                // see kRecoveryFactor (false for failing runs)
+  bool recovers = false;                // loss_left_the_rails (false for failing runs)
 };
 
 // Reads a trace.jsonl (every step of a run); InputError naming the file and
@@ -63,7 +59,7 @@ struct RuleSetScore {
   int64_t healthy_steps = 0;
   int64_t flagged_healthy_steps = 0;
   int64_t healthy_runs_flagged = 0;
-  int64_t recovering = 0;                // runs that recover (kRecoveryFactor)
+  int64_t recovering = 0;                // runs that recover (loss_left_the_rails)
   int64_t flagged_recovering_steps = 0;
   std::map<std::string, int64_t> first_rules;  // failing runs: the first rule listed at the onset
   std::map<std::string, int64_t> healthy_rules;  // healthy runs: steps each rule fired on

@@ -81,13 +81,14 @@ int calibrate_verb(const CalibrateArgs& a) {
         throw InputError(a.config.empty() ? "<built-in default>" : a.config, "baseline", b.label,
                          "did not train: " + v.message, "calibrate on a config that runs to its end");
       }
-      if (const auto problem = baseline_problem(b)) {
+      const int64_t run_classes = b.steps.empty() ? 0 : int64_t(b.steps.front().label_histogram.size());
+      if (const auto problem = baseline_problem(b, run_classes)) {
         throw InputError(a.config.empty() ? "<built-in default>" : a.config, "baseline", b.label,
                          "is not healthy, so it cannot say what healthy looks like: " + *problem,
                          "calibrate at a learning rate this model trains at (--set optimizer.lr=...), then judge "
                          "riskier configs with the rules it writes");
       }
-      if (!b.steps.empty()) classes = int64_t(b.steps.front().label_histogram.size());
+      classes = run_classes;
       std::cout << "  " << b.label << ": " << b.steps.size() << " steps, loss " << fmt(b.steps.front().loss)
                 << " -> " << fmt(b.steps.back().loss) << "\n";
       runs.push_back({{"seed", c.seed}, {"lr", number(lr)}, {"steps", b.steps.size()},

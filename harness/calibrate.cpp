@@ -71,26 +71,38 @@ double rule_field_value(const HealthRules& rules, const std::string& field) {
   return rules.*(it->second);
 }
 
-std::optional<std::string> baseline_problem(const Baseline& b) {
+std::optional<std::string> loss_left_the_rails(const std::vector<StepRecord>& steps, int64_t classes) {
+  for (size_t t = kRecoveryWindow; t < steps.size(); ++t) {
+    std::vector<double> before;
+    for (size_t k = t - kRecoveryWindow; k < t; ++k) {
+      if (steps[k].phase == steps[t].phase) before.push_back(steps[k].loss);
+    }
+    if (before.size() < kRecoveryWindow) continue;
+    const double median = median_of(before);
+    if (steps[t].loss >= kRecoveryFactor * median) {
+      return "its loss jumped to " + significant_named(steps[t].loss, 3) + " at step " + std::to_string(steps[t].step) +
+             ", " + significant_named(kRecoveryFactor, 3) + "x its trailing median " + significant_named(median, 3);
+    }
+  }
+  const double chance = classes >= 2 ? kRecoveryChance * std::log(double(classes)) : 0;
+  for (const StepRecord& r : steps) {
+    if (chance > 0 && r.loss > chance) {
+      return "its loss reached " + significant_named(r.loss, 3) + " at step " + std::to_string(r.step) + ", above " +
+             significant_named(kRecoveryChance, 3) + " x ln(" + std::to_string(classes) + " classes)";
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> baseline_problem(const Baseline& b, int64_t classes) {
   if (b.steps.empty()) return std::string("it ran no step");
-  std::vector<double> window;  // trailing finite losses of the phase
-  int64_t phase = b.steps.front().phase;
   for (const StepRecord& r : b.steps) {
     if (r.health == Health::kNonFinite) {
       return "step " + std::to_string(r.step) + " is non-finite" +
              (r.fault ? " (" + r.fault->tensor + ", " + to_string(r.fault->stage) + ")" : std::string());
     }
-    if (r.phase != phase) window.clear(), phase = r.phase;
-    if (window.size() >= 4) {
-      const double median = median_of(window);
-      if (median > 0 && r.loss > 10 * median) {
-        return "its loss jumped to " + significant_named(r.loss, 3) + " at step " +
-               std::to_string(r.step) + ", 10x its trailing median " + significant_named(median, 3);
-      }
-    }
-    window.push_back(r.loss);
-    if (window.size() > 16) window.erase(window.begin());
   }
+  if (auto why = loss_left_the_rails(b.steps, classes)) return why;
   const double first = b.steps.front().loss, last = b.steps.back().loss;
   if (b.steps.size() >= 4 && !(last < first)) {
     return "its loss did not fall (" + significant_named(first, 3) + " at step 0, " +

@@ -57,10 +57,20 @@ struct Calibration {
 // ln(classes). Empty for non_finite.
 std::string rule_field(const std::string& rule);
 
-// Why a baseline is not healthy ("step 5 is non-finite (fc1_act, forward)"), or nullopt: a non-finite step, or a loss
-// that once stood 10x its trailing median within a phase (what the onset
-// corpus calls recovering), or a run that did not lower its loss.
-std::optional<std::string> baseline_problem(const Baseline& b);
+// A finite run "recovers" (the onset corpus's label: a real instability
+// that did not end in NaN) when its loss once stood at least kRecoveryFactor
+// times its trailing median (over the kRecoveryWindow steps before, all in
+// the same protocol phase: a domain switch is not a spike), or above
+// kRecoveryChance × ln(classes). Says why ("its loss jumped to ..."), or nullopt.
+constexpr double kRecoveryFactor = 10.0;
+constexpr size_t kRecoveryWindow = 16;
+constexpr double kRecoveryChance = 10.0;
+std::optional<std::string> loss_left_the_rails(const std::vector<StepRecord>& steps, int64_t classes);
+
+// Why a baseline is not healthy ("step 5 is non-finite (fc1_act, forward)"),
+// or nullopt: a non-finite step, a loss that left the rails (above), or a
+// run that did not lower its loss. `classes`: the scenario's (chance).
+std::optional<std::string> baseline_problem(const Baseline& b, int64_t classes);
 
 // The rules, raised as little as the margin allows, that call no baseline
 // step extreme. `classes`: the scenario's number of classes (chance_loss).

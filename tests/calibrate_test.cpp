@@ -105,20 +105,20 @@ TEST(Calibrate, AWindowedRuleIsRaisedByItsFloor) {
 }
 
 TEST(Calibrate, AnUnhealthyBaselineIsRefusedWithWhatWentWrong) {
-  EXPECT_FALSE(baseline_problem(baseline("ok", 30, 0.01)));
+  EXPECT_FALSE(baseline_problem(baseline("ok", 30, 0.01), 10));
   Baseline nan = baseline("seed 2, lr 0.3", 30, 0.01);
   nan.steps[5].health = Health::kNonFinite;
   nan.steps[5].fault = Fault{"fc1_act", Stage::kForward, 1, 0, 0, 10};
-  ASSERT_TRUE(baseline_problem(nan));
-  EXPECT_EQ(*baseline_problem(nan), "step 5 is non-finite (fc1_act, forward)");
+  ASSERT_TRUE(baseline_problem(nan, 10));
+  EXPECT_EQ(*baseline_problem(nan, 10), "step 5 is non-finite (fc1_act, forward)");
   Baseline jump = baseline("j", 30, 0.01);
   jump.steps[20].loss = 50;
-  ASSERT_TRUE(baseline_problem(jump));
-  EXPECT_TRUE(has(*baseline_problem(jump), "jumped to 50 at step 20")) << *baseline_problem(jump);
+  ASSERT_TRUE(baseline_problem(jump, 10));
+  EXPECT_TRUE(has(*baseline_problem(jump, 10), "jumped to 50 at step 20")) << *baseline_problem(jump, 10);
   Baseline flat = baseline("f", 30, 0.01);
   for (StepRecord& r : flat.steps) r.loss = 2.3;
-  ASSERT_TRUE(baseline_problem(flat));
-  EXPECT_TRUE(has(*baseline_problem(flat), "did not fall")) << *baseline_problem(flat);
+  ASSERT_TRUE(baseline_problem(flat, 10));
+  EXPECT_TRUE(has(*baseline_problem(flat, 10), "did not fall")) << *baseline_problem(flat, 10);
 }
 
 // A user's config whose gradient-norm limit does not fit the model: its
