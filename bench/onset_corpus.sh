@@ -12,10 +12,23 @@
 # or above 10 x ln(classes)), or healthy. Runs go 2 at a time on 1 thread each;
 # a run whose trace is already there is not run again, so a rerun only scores.
 # Rule sets: bench/onset/*.json (config files; their "health" sections).
-# FAMILY=gpt scores the transformer rules instead: configs/gpt.json (the tiny
-# GPT on the fortunes text, 200 steps) at peak lr 0.003 / 0.01 / 0.03 / 0.1,
-# with and without qk-layernorm, seeds 0 and 1, against bench/onset_gpt/*.json
-# (default corpus folder results/onset-corpus-gpt).
+# FAMILY=gpt is the transformer corpus: configs/gpt.json (the tiny GPT on the
+# fortunes text, AdamW, 200 steps) in two groups. Healthy twins: warm-up 20
+# then cosine, peak lr 0.003 / 0.03 / 0.1 / 0.3 with qk-layernorm and 0.003 /
+# 0.01 without, seeds 0 and 1. Diverging runs: a 100-step warm-up to a peak lr
+# past the stable range (1 and 2), with and without qk-layernorm, seeds 0 and
+# 1, and bf16 at lr 1: they train, then diverge. A run fails at its first
+# non-finite step or the first step whose loss is past twice the lowest loss
+# before it (onset_eval --diverged 2). Runs without qk-layernorm at lr 0.03 to
+# 0.3 and warm-up 20 are in neither group: their attention logits grow past
+# 1e3 (the instability Wortsman et al. describe, which the defaults flag on
+# purpose) while their loss does not diverge within 200 steps, so the loss
+# criterion cannot label them. Rule sets: bench/onset_gpt/*.json (calibrated.json
+# is what `spikehunt calibrate` derives from the plain defaults on healthy runs
+# of this GPT); default corpus folder results/onset-corpus-gpt.
+# Both families also score the anchors (onset_eval --anchors): Megatron's 10x
+# loss, OLMo's 6 sigma over 128 steps, Lightning's SpikeDetection, ZClip, and
+# the first non-finite step, as their projects run them.
 # Usage: bench/onset_corpus.sh [CORPUS_DIR]   (default results/onset-corpus)
 #        LATE=NAME lists the failing runs rule set NAME warns < 5 steps ahead (default: defaults)
 set -euo pipefail
@@ -35,12 +48,19 @@ mlp=(--set model.kind=mlp --set model.mlp_depth=3 --set model.mlp_width=256 --se
 jobs=()
 if [ "$family" = gpt ]; then
   common=(--config "$root/configs/gpt.json" --set threads=1 --set health.stop_at=non_finite)
-  for lr in 0.003 0.01 0.03 0.1; do
-    for qk in false true; do
-      for seed in 0 1; do
-        jobs+=("gpt_lr${lr}_qk${qk}_s${seed}|--set optimizer.lr=$lr --set model.gpt.qk_layernorm=$qk --set seed=$seed")
+  for seed in 0 1; do
+    for lr in 0.003 0.03 0.1 0.3; do
+      jobs+=("gpt_lr${lr}_qktrue_s${seed}|--set optimizer.lr=$lr --set model.gpt.qk_layernorm=true --set seed=$seed")
+    done
+    for lr in 0.003 0.01; do
+      jobs+=("gpt_lr${lr}_qkfalse_s${seed}|--set optimizer.lr=$lr --set model.gpt.qk_layernorm=false --set seed=$seed")
+    done
+    for lr in 1 2; do
+      for qk in false true; do
+        jobs+=("gpt_ramp_lr${lr}_qk${qk}_s${seed}|--set optimizer.lr=$lr --set schedule.warmup_steps=100 --set model.gpt.qk_layernorm=$qk --set seed=$seed")
       done
     done
+    jobs+=("gpt_ramp_lr1_qktrue_bf16_s${seed}|--set optimizer.lr=1 --set schedule.warmup_steps=100 --set model.gpt.qk_layernorm=true --set precision=bf16 --set seed=$seed")
   done
 fi
 [ "$family" = gpt ] || for lr in 0.01 0.02 0.05 0.1 0.2 0.3; do
@@ -74,7 +94,9 @@ while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
 
 if [ "$family" = gpt ]; then
   "$eval_bin" "$dir" "$root"/bench/onset_gpt/gpt.json "$root"/bench/onset_gpt/gpt_no_transformer_rules.json \
-    "$root"/bench/onset_gpt/gpt_attention_1e4.json "$root"/bench/onset_gpt/defaults.json --late gpt
+    "$root"/bench/onset_gpt/gpt_attention_1e4.json "$root"/bench/onset_gpt/defaults.json \
+    "$root"/bench/onset_gpt/calibrated.json --diverged 2 --anchors \
+    --late "${LATE:-gpt}"
   exit 0
 fi
 # today's rules and the defaults first, then the candidates
@@ -83,4 +105,4 @@ for f in "$root"/bench/onset/*.json; do
   case $(basename "$f") in today.json|defaults.json) ;; *) others+=("$f") ;; esac
 done
 "$eval_bin" "$dir" "$root/bench/onset/today.json" "$root/bench/onset/defaults.json" "${others[@]}" \
-  --late "${LATE:-defaults}"
+  --anchors --late "${LATE:-defaults}"

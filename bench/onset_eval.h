@@ -30,13 +30,22 @@ struct LabelledRun {
   std::string name;                     // where it came from
   std::vector<StepRecord> records;      // every step, in order
   int64_t classes = 0;                  // from the records' label histograms
-  std::optional<int64_t> failure_step;  // the first non-finite step: the label
+  std::optional<int64_t> failure_step;  // the label: the first non-finite (or diverged) step
+  std::string failure;                  // "non-finite" or "diverged" (empty when it did not fail)
   bool recovers = false;                // loss_left_the_rails (false for failing runs)
 };
 
+// A divergence that stays finite (the transformer corpus's criterion): the
+// loss stands past diverge_factor x the lowest loss before it for this many
+// steps in a row; the run fails at the first of them. A spike that comes back
+// sooner is not a divergence.
+constexpr int64_t kDivergedSteps = 10;
+
 // Reads a trace.jsonl (every step of a run); InputError naming the file and
-// line on a bad record, or when the file has no steps.
-LabelledRun load_run(const std::string& trace_path, const std::string& name = "");
+// line on a bad record, or when the file has no steps. A run fails at its
+// first non-finite step; with diverge_factor > 0 also where it diverged
+// (kDivergedSteps), whichever comes first.
+LabelledRun load_run(const std::string& trace_path, const std::string& name = "", double diverge_factor = 0);
 
 struct RunScore {
   std::optional<int64_t> onset;      // the first step these rules flag (non-finite included)
@@ -48,6 +57,16 @@ struct RunScore {
   std::optional<int64_t> failure;
 };
 RunScore score_run(const LabelledRun& run, const HealthRules& rules);
+
+// The anchors: published detectors as their projects run them, replayed on
+// the same traces (bench/onset_eval.cpp says where each comes from). Each
+// flags steps by its own statistic; a non-finite loss is flagged only where
+// the detector itself checks for it.
+struct Anchor {
+  std::string name;
+  RunScore (*score)(const LabelledRun& run);
+};
+const std::vector<Anchor>& anchors();
 
 struct RuleSetScore {
   std::string name;
@@ -68,11 +87,14 @@ struct RuleSetScore {
   double false_alarms_per_10k() const;  // flagged steps per 10,000 healthy steps
 };
 RuleSetScore score_corpus(const std::vector<LabelledRun>& runs, const HealthRules& rules, const std::string& name);
+RuleSetScore score_corpus(const std::vector<LabelledRun>& runs, const Anchor& anchor);
 
 // The table (Markdown): one row per rule set.
 std::string score_table(const std::vector<RuleSetScore>& scores);
 // Per rule set, the rules that fired on healthy runs and on how many steps ("none").
 std::string healthy_rules_text(const std::vector<RuleSetScore>& scores);
+// Per rule set, the lead on each failing run, in run order (0: missed).
+std::string leads_text(const std::vector<RuleSetScore>& scores);
 // The failing runs a rule set warns late (lead under kShortLead) or misses,
 // each with its last steps: loss, grad norm, max |grad|, max |activation|,
 // max |state| — to say why there was no earlier warning.

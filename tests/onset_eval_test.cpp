@@ -123,6 +123,83 @@ TEST(OnsetEval, RunsAreLabelledByWhatTheyDidAndScoredPerRuleSet) {
       << late_runs_text(runs, HealthRules{});
 }
 
+TEST(OnsetEval, AFiniteDivergenceFailsOnlyWhenTheLossStaysPastTheFactor) {
+  TempDir dir;
+  std::vector<StepRecord> falling;  // loss 5 -> about 1 over 200 steps
+  for (int64_t i = 0; i < 200; ++i) falling.push_back(calm(i, 5.0 / (1 + 0.02 * double(i))));
+  const double best = 5.0 / (1 + 0.02 * 99);  // about 1.68, well under every loss before step 100
+  std::vector<StepRecord> spike = falling, diverged = falling;
+  for (int64_t i = 100; i < 100 + kDivergedSteps - 1; ++i) spike[size_t(i)].loss = 3 * best;  // back a step too soon
+  for (int64_t i = 100; i < 200; ++i) diverged[size_t(i)].loss = 3 * best;
+  diverged[105].grad_norm = 500;  // grad_norm_limit, but five steps after the divergence
+  write_trace(dir.file("spike.jsonl"), spike);
+  write_trace(dir.file("diverged.jsonl"), diverged);
+
+  EXPECT_FALSE(load_run(dir.file("spike.jsonl"), "", 2).failure_step) << "a spike that comes back is not a divergence";
+  EXPECT_FALSE(load_run(dir.file("diverged.jsonl")).failure_step) << "no factor: only a non-finite step fails";
+  const LabelledRun run = load_run(dir.file("diverged.jsonl"), "", 2);
+  EXPECT_EQ(run.failure_step, 100);
+  EXPECT_EQ(run.failure, "diverged");
+  EXPECT_FALSE(load_run(dir.file("diverged.jsonl"), "", 4).failure_step) << "3x the best is not past 4x";
+
+  const RuleSetScore score = score_corpus({run}, HealthRules{}, "defaults");
+  ASSERT_EQ(score.leads.size(), 1u);
+  EXPECT_EQ(score.leads[0], 0) << "flagged at step 105, after it had failed: no warning";
+  EXPECT_EQ(score.missed, 1);
+  EXPECT_TRUE(has(late_runs_text({run}, HealthRules{}), "lead 0 (diverged at step 100)"));
+}
+
+// The first step an anchor flags on these records (-1: none).
+int64_t anchor_onset(const std::string& name, const std::vector<StepRecord>& records) {
+  LabelledRun run;
+  run.records = records;
+  for (const Anchor& a : anchors()) {
+    if (a.name == name) return a.score(run).onset.value_or(-1);
+  }
+  ADD_FAILURE() << "no anchor " << name;
+  return -1;
+}
+
+TEST(OnsetEval, TheAnchorsFlagWhatTheirProjectsFlag) {
+  std::vector<StepRecord> steps;  // loss 1-1.1, grad norm 2-2.6, for 200 steps
+  for (int64_t i = 0; i < 200; ++i) steps.push_back(calm(i));
+  for (const Anchor& a : anchors()) {
+    if (a.name != "update_norm_spike (candidate)") EXPECT_EQ(anchor_onset(a.name, steps), -1) << a.name << " on calm steps";
+  }
+
+  // Megatron: 10x the largest |loss| of the first 100 steps (1.1), no sooner than step 100.
+  std::vector<StepRecord> v = steps;
+  v[60].loss = 50;   // within the first 100: it only raises the reference
+  v[150].loss = 400; // under 10 x 50
+  v[170].loss = 600;
+  EXPECT_EQ(anchor_onset("megatron_loss_10x", v), 170);
+
+  // Lightning: worse than the last loss and at least 3x the running mean of 10.
+  v = steps;
+  v[50].loss = 2.9;  // 2.9 - 1.05 < 2 x 1.05
+  v[80].loss = 3.5;
+  EXPECT_EQ(anchor_onset("lightning_spike_detection", v), 80);
+  v = steps;
+  v[40].loss = std::nan("");
+  EXPECT_EQ(anchor_onset("lightning_spike_detection", v), 40) << "finite_only: a NaN loss is a spike";
+
+  // ZClip: the gradient norm's z-score against its EMA above 2.5, after 25 warm-up steps.
+  v = steps;
+  v[10].grad_norm = 50;  // in the warm-up: it only widens the statistics
+  v[120].grad_norm = 60;
+  EXPECT_EQ(anchor_onset("zclip_z2.5", v), 120);
+
+  // OLMo: 6 sigma from the mean of the last 128 steps, once the window is full.
+  v = steps;
+  v[100].loss = 1.6;  // 13 sigma, but only 100 steps in the window
+  v[150].loss = 1.6;
+  EXPECT_EQ(anchor_onset("olmo_z6_w128", v), 150);
+
+  v = steps;
+  v[30].health = Health::kNonFinite;
+  EXPECT_EQ(anchor_onset("first_non_finite", v), 30);
+}
+
 TEST(OnsetEval, ABadTraceLineNamesTheFileAndLine) {
   TempDir dir;
   write_trace(dir.file("t.jsonl"), {calm(0)});
