@@ -22,6 +22,7 @@ const std::map<std::string, double HealthRules::*>& rule_fields() {
       {"optimizer_state_limit", &HealthRules::optimizer_state_limit},
       {"param_jump_limit", &HealthRules::param_jump_limit},
       {"update_ratio_limit", &HealthRules::update_ratio_limit},
+      {"grad_spike_limit", &HealthRules::grad_spike_limit},
       {"attention_logit_limit", &HealthRules::attention_logit_limit},
       {"logit_z_limit", &HealthRules::logit_z_limit},
       {"loss_spike_floor", &HealthRules::loss_spike_floor},

@@ -299,6 +299,7 @@ void HealthJudge::judge(StepRecord& r) {
       if (worst > h.param_jump_limit) fire(r, "param_jump_limit", worst, h.param_jump_limit, worst);
     }
     limit("update_ratio_limit", r.update_ratio, h.update_ratio_limit);
+    limit("grad_spike_limit", r.grad_spike_score, h.grad_spike_limit);
     // A windowed rule: silent until its window is full and below its floor;
     // fires when the window's score of the value passes the threshold.
     auto windowed = [&](const char* name, const auto& w, double value, double floor, double threshold, auto score) {

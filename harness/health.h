@@ -17,6 +17,10 @@
 //   update_ratio_limit     a parameter of an optimizer that normalizes its
 //                          steps (Adam and kin) whose step's RMS per
 //                          coordinate is more than limit × the lr applied
+//   grad_spike_limit       SPAM's gradient spike score: some coordinate's g²
+//                          is more than limit × the second moment (Adam's
+//                          exp_avg_sq, RMSprop's square_avg) it had before
+//                          the step
 //   loss_spike, grad_norm_spike, activation_spike
 //                          z-score of log10(value) against the trailing window
 //                          > spike_z, and value > the rule's floor

@@ -93,8 +93,10 @@ Monitor::Monitor(Scenario& scenario, const HealthRules& rules)
     params_.push_back({p.name, p.tensor});
     param_group_.push_back(p.optimizer >= 0 ? group_index.at({p.optimizer, p.group}) : -1);
     adaptive_.push_back(p.optimizer >= 0 && normalizes_updates(*optimizers_[size_t(p.optimizer)].optimizer));
+    param_optimizer_.push_back(p.optimizer);
   }
   before_copy_.resize(params_.size());
+  spike_scores_ = rules.grad_spike_limit > 0;
 }
 
 int Monitor::reserve(int n) {
@@ -241,6 +243,20 @@ void Monitor::after_loss(const torch::Tensor& loss) {
   check(Stage::kLoss, "loss", loss, loss_slots_.back());
 }
 
+int Monitor::push_spike_score(size_t i, const torch::Tensor& g) {
+  const std::optional<ParamState> state =
+      param_state(*optimizers_[size_t(param_optimizer_[i])].optimizer, params_[i].tensor);
+  if (!state) return -1;  // the first step: no second moment yet
+  for (const NamedTensor& b : state->buffers) {
+    if (b.name != "exp_avg_sq" && b.name != "square_avg") continue;
+    const torch::Tensor& v = b.tensor;
+    if (v.sizes() != g.sizes()) return -1;
+    // g² / v, and 0 where v is 0 (a coordinate with no gradient seen yet)
+    return push_stats(g.to(v.dtype()).square().div_(v).masked_fill_(v <= 0, 0));
+  }
+  return -1;
+}
+
 void Monitor::after_backward() {
   torch::NoGradGuard no_grad;
   // Backward produces gradients from the last layer to the first: check them in that order.
@@ -249,6 +265,7 @@ void Monitor::after_backward() {
     if (!g.defined()) continue;
     layers_[i].grad = push_stats(g);
     check(Stage::kBackward, params_[i].name + ".grad", g, layers_[i].grad);
+    if (adaptive_[i] && spike_scores_) layers_[i].spike = push_spike_score(i, g);
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     const torch::Tensor& t = params_[i].tensor;
@@ -369,6 +386,8 @@ StepRecord Monitor::finish_step() {
     l.state_norm = std::sqrt(sq);
     l.update_norm = at(s.update);
     l.adaptive = adaptive_[i];
+    l.grad_spike_score = max_at(s.spike);
+    r.grad_spike_score = fold_max(r.grad_spike_score, l.grad_spike_score);
     const double lr = param_group_[i] >= 0 ? r.groups[size_t(param_group_[i])].lr : 0.0;
     const int64_t n = params_[i].tensor.numel();
     if (l.adaptive && lr > 0 && n > 0) {

@@ -100,7 +100,7 @@ class Monitor : public TapSink {
     std::optional<NonFiniteCounts> counts;  // on the CPU, counted at once when non-finite
   };
   struct LayerSlots {  // norm slots; the max of each is the next slot
-    int grad = -1, before = -1, after = -1, update = -1;
+    int grad = -1, before = -1, after = -1, update = -1, spike = -1;
     std::vector<int> state;
   };
 
@@ -109,6 +109,9 @@ class Monitor : public TapSink {
   int push_stats(const torch::Tensor& t);
   int push_max(const torch::Tensor& t);   // max |x|; returns its slot
   int push_scalar(torch::Tensor scalar);  // a 0-dim tensor
+  // Parameter i's SPAM gradient spike score (LayerStats::grad_spike_score)
+  // against its optimizer's second moment; -1 where there is none.
+  int push_spike_score(size_t i, const torch::Tensor& g);
   int reserve(int n);                     // n slots, filled later by put / put_stats
   void put(int slot, torch::Tensor stats);              // a small tensor of statistics
   void put_stats(int slot, const torch::Tensor& t);     // t's {norm, max |x|}
@@ -119,6 +122,8 @@ class Monitor : public TapSink {
   std::vector<NamedTensor> params_;
   std::vector<int> param_group_;         // per parameter: index into groups_ (-1: no optimizer)
   std::vector<char> adaptive_;           // per parameter: its optimizer normalizes updates (Adam and kin)
+  std::vector<int> param_optimizer_;     // per parameter: index into optimizers_ (-1: none)
+  bool spike_scores_ = false;            // grad_spike_limit is on: score each gradient against v
   // Each parameter as it was before this step's optimizer step (copied in
   // after_backward; the step's update is measured against it, in place).
   std::vector<torch::Tensor> before_copy_;

@@ -142,6 +142,7 @@ void each_step_number(Record& r, V&& v) {
   v("lr", r.lr);
   v("update_norm", r.update_norm);
   v("update_ratio", r.update_ratio);
+  v("grad_spike_score", r.grad_spike_score);
 }
 
 template <class Metrics, class V>
@@ -155,7 +156,8 @@ void each_metric_number(Metrics& m, V&& v) {
 
 // Statistics added after traces were first written (older traces lack them).
 bool is_later_field(const std::string& key) {
-  return key == "output_max" || key == "lr" || key == "update_norm" || key == "update_ratio";
+  return key == "output_max" || key == "lr" || key == "update_norm" || key == "update_ratio" ||
+         key == "grad_spike_score";
 }
 
 template <class Layer, class V>
@@ -168,6 +170,7 @@ void each_layer_number(Layer& l, V&& v) {
   v("state_max", l.state_max);
   v("update_norm", l.update_norm);
   v("update_ratio", l.update_ratio);
+  v("grad_spike_score", l.grad_spike_score);
 }
 
 }  // namespace

@@ -52,6 +52,12 @@ struct LayerStats {
   double update_norm = 0;
   double update_ratio = 0;
   bool adaptive = false;
+  // SPAM's gradient spike score (Huang et al., ICLR 2025): the largest g² / v
+  // over the parameter's coordinates, v the second moment its optimizer kept
+  // before this step (exp_avg_sq: Adam, AdamW, NAdam, RAdam; square_avg:
+  // RMSprop), unbiased as SPAM reads it. Coordinates whose v is still 0 (no
+  // gradient seen yet) are not scored; 0 without such a buffer or state.
+  double grad_spike_score = 0;
 };
 
 // One param group of one optimizer at a step.
@@ -118,6 +124,7 @@ struct StepRecord {
   double lr = 0;                 // the learning rate of the first optimizer's first group this step
   double update_norm = 0;        // global L2 of the step (parameters after − before)
   double update_ratio = 0;       // the largest LayerStats::update_ratio (0: no adaptive optimizer)
+  double grad_spike_score = 0;   // the largest LayerStats::grad_spike_score (0: no second moment yet)
   int64_t micro_batches = 1;     // batches accumulated into this optimizer step
   double loss_scale = 0;         // fp16: the loss scale this step's backward used (0: no scaling)
   bool skipped = false;          // fp16: the scaled gradients overflowed, the optimizer did not step

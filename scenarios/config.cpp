@@ -288,6 +288,7 @@ void each_field(Config& c, V& v) {
   v.number("health.optimizer_state_limit", c.health.optimizer_state_limit, at_least(0), kRuleOff);
   v.number("health.param_jump_limit", c.health.param_jump_limit, at_least(0), kRuleOff);
   v.number("health.update_ratio_limit", c.health.update_ratio_limit, at_least(0), kRuleOff);
+  v.number("health.grad_spike_limit", c.health.grad_spike_limit, at_least(0), kRuleOff);
   v.number("health.loss_spike_floor", c.health.loss_spike_floor, at_least(0), kRuleOff);
   v.number("health.grad_norm_spike_floor", c.health.grad_norm_spike_floor, at_least(0), kRuleOff);
   v.number("health.activation_spike_floor", c.health.activation_spike_floor, at_least(0), kRuleOff);

@@ -25,6 +25,9 @@ struct HealthRules {
   double optimizer_state_limit = 1e2;   // largest |momentum| or |Adam moment|
   double param_jump_limit = 0.5;        // per layer |Δ‖θ‖| / ‖θ‖ over one step (SGD-like optimizers)
   double update_ratio_limit = 4.0;      // per layer RMS(Δθ) / lr (optimizers that normalize updates: Adam and kin)
+  // Per coordinate g² / v, v the second moment before the step (SPAM's
+  // score; SPAM clips at 5000). Off: healthy runs reach 1e7 and more (docs/health.md).
+  double grad_spike_limit = 0.0;
   double loss_spike_floor = 10.0;       // loss_spike fires only above this loss
   double grad_norm_spike_floor = 10.0;  // grad_norm_spike fires only above this norm
   double activation_spike_floor = 1e2;  // activation_spike fires only above this

@@ -5,6 +5,8 @@
 
 #include "harness/burst.h"
 #include "harness/checkpoint.h"
+#include "harness/monitor.h"
+#include "harness/trainer.h"
 #include "scenarios/catalog.h"
 #include "scenarios/models.h"
 #include "test_util.h"
@@ -153,6 +155,69 @@ TEST(Burst, HealthyControlNeverGoesExtreme) {
   }
   ASSERT_EQ(n, 5);
   EXPECT_LT(tail / n, 0.8);
+}
+
+// SPAM's gradient spike score: g² against the second moment Adam kept before
+// the step. Adam's update v1 = β2·v0 + (1 − β2)·g² gives g² back from the
+// states before and after the step, so the monitor's score is checked
+// against the optimizer's own numbers.
+TEST(Burst, TheGradientSpikeScoreIsTheSquaredGradientOverTheSecondMomentBeforeTheStep) {
+  const TrainingConfig c =  // no clipping: Adam's state then holds the very gradient the monitor read
+      default_config({"model.kind=mlp", "model.mlp_width=32", "dataset.synthetic_train_per_class=40", "batch_size=16",
+                      "max_batches_per_epoch=5", "optimizer.kind=adam", "optimizer.lr=0.01",
+                      "optimizer.betas=[0.9,0.99]", "grad_clip=0"});
+  configure_runtime(c);
+  auto s = make_scenario(c);
+  HealthRules rules = c.health;
+  rules.grad_spike_limit = 5000;  // off by default: the monitor then does not score
+  Monitor m(*s, rules);
+  Trainer trainer(*s);
+  const double beta2 = 0.99;
+  for (int64_t i = 0; i < 4; ++i) {
+    std::vector<torch::Tensor> v_before;
+    for (const auto& p : s->model().parameters()) {
+      const std::optional<ParamState> st = param_state(s->optimizer(), p);
+      torch::Tensor v;
+      if (st) {
+        for (const NamedTensor& b : st->buffers) {
+          if (b.name == "exp_avg_sq") v = b.tensor.detach().to(torch::kFloat64).clone();
+        }
+      }
+      v_before.push_back(v);
+    }
+    const std::vector<Batch> b = trainer.next_batches();
+    m.begin_step(i, b);
+    trainer.step(i, b, &m);
+    const StepRecord r = m.finish_step();
+    double worst = 0;
+    for (size_t k = 0; k < r.layers.size(); ++k) {
+      const LayerStats& l = r.layers[k];
+      EXPECT_TRUE(l.adaptive);
+      if (i == 0) {
+        EXPECT_EQ(l.grad_spike_score, 0.0) << l.name << ": no second moment before the first step";
+        continue;
+      }
+      torch::Tensor v1;
+      const std::optional<ParamState> after = param_state(s->optimizer(), s->model().parameters()[k]);
+      ASSERT_TRUE(after);
+      for (const NamedTensor& buf : after->buffers) {
+        if (buf.name == "exp_avg_sq") v1 = buf.tensor.detach().to(torch::kFloat64);
+      }
+      const torch::Tensor& v0 = v_before[k];
+      const torch::Tensor g2 = (v1 - beta2 * v0) / (1 - beta2);
+      const double want = (g2 / v0).masked_fill(v0 <= 0, 0).max().item<double>();
+      EXPECT_NEAR(l.grad_spike_score, want, 1e-3 * want + 1e-9) << l.name << " step " << i;
+      EXPECT_GT(l.grad_spike_score, 0.0) << l.name << " step " << i;
+      worst = std::max(worst, l.grad_spike_score);
+    }
+    EXPECT_EQ(r.grad_spike_score, worst) << "the step's score is its largest layer's";
+  }
+  auto plain = make_scenario(c);
+  BurstOptions o;
+  double seen = 0;
+  o.on_step = [&](const StepRecord& r) { seen = std::max(seen, r.grad_spike_score); };
+  run_burst(*plain, c.health, o);
+  EXPECT_EQ(seen, 0.0) << "grad_spike_limit off (the default): nothing is scored";
 }
 
 TEST(Burst, SameConfigTwiceIsBitIdentical) {

@@ -111,6 +111,29 @@ TEST(Health, AnAdaptiveOptimizersWeightIsJudgedByItsStepAgainstLr) {
   EXPECT_FALSE(fired(judged(judge, below), "update_ratio_limit"));
 }
 
+TEST(Health, AGradientSpikeAgainstTheSecondMomentIsExtreme) {
+  EXPECT_EQ(HealthRules{}.grad_spike_limit, 0.0) << "off by default";
+  HealthRules rules;
+  rules.grad_spike_limit = 5000;  // SPAM's threshold
+  HealthJudge judge(rules);
+  StepRecord calm = step(0);
+  calm.grad_spike_score = 999;  // a gradient of constant size on Adam's second step (β2 0.999)
+  EXPECT_EQ(judged(judge, calm).health, Health::kFinite);
+  StepRecord spike = step(1);
+  spike.layers[0].grad_spike_score = spike.grad_spike_score = 2.5e5;  // a coordinate 500x its RMS
+  spike = judged(judge, spike);
+  EXPECT_TRUE(fired(spike, "grad_spike_limit"));
+  ASSERT_EQ(spike.hits.size(), 1u);
+  EXPECT_EQ(spike.hits[0].value, 2.5e5);
+  EXPECT_EQ(spike.hits[0].threshold, 5000.0);
+  HealthRules off;
+  off.grad_spike_limit = 0;
+  HealthJudge no(off);
+  StepRecord again = step(2);
+  again.grad_spike_score = 2.5e5;
+  EXPECT_EQ(judged(no, again).health, Health::kFinite) << "0 disables it";
+}
+
 // The step's statistics travel through trace.jsonl (onset_eval judges
 // traces again); a trace written before they existed reads them as 0.
 TEST(Health, TheUpdateStatisticsRoundTripThroughATraceLine) {
@@ -120,6 +143,7 @@ TEST(Health, TheUpdateStatisticsRoundTripThroughATraceLine) {
   r.layers[0].update_norm = 0.25;
   r.layers[0].update_ratio = r.update_ratio = 1.5;
   r.update_norm = 0.25;
+  r.layers[0].grad_spike_score = r.grad_spike_score = 812.5;
   nlohmann::json line = to_json(r);
   const StepRecord back = step_record_from_json(line, "trace.jsonl");
   ASSERT_EQ(back.layers.size(), 1u);
@@ -128,13 +152,18 @@ TEST(Health, TheUpdateStatisticsRoundTripThroughATraceLine) {
   EXPECT_EQ(back.layers[0].update_ratio, 1.5);
   EXPECT_EQ(back.update_ratio, 1.5);
   EXPECT_EQ(back.update_norm, 0.25);
+  EXPECT_EQ(back.grad_spike_score, 812.5);
+  EXPECT_EQ(back.layers[0].grad_spike_score, 812.5);
   line.erase("update_norm");
+  line.erase("grad_spike_score");
+  line["layers"][0].erase("grad_spike_score");
   line.erase("update_ratio");
   line["layers"][0].erase("update_norm");
   line["layers"][0].erase("update_ratio");
   line["layers"][0].erase("adaptive");
   const StepRecord old = step_record_from_json(line, "old.jsonl");
   EXPECT_EQ(old.update_ratio, 0.0);
+  EXPECT_EQ(old.grad_spike_score, 0.0);
   EXPECT_FALSE(old.layers[0].adaptive);
 }
 

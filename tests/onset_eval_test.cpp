@@ -164,7 +164,9 @@ TEST(OnsetEval, TheAnchorsFlagWhatTheirProjectsFlag) {
   std::vector<StepRecord> steps;  // loss 1-1.1, grad norm 2-2.6, for 200 steps
   for (int64_t i = 0; i < 200; ++i) steps.push_back(calm(i));
   for (const Anchor& a : anchors()) {
-    if (a.name != "update_norm_spike (candidate)") EXPECT_EQ(anchor_onset(a.name, steps), -1) << a.name << " on calm steps";
+    if (a.name != "update_norm_spike (candidate)") {
+      EXPECT_EQ(anchor_onset(a.name, steps), -1) << a.name << " on calm steps";
+    }
   }
 
   // Megatron: 10x the largest |loss| of the first 100 steps (1.1), no sooner than step 100.
