@@ -31,6 +31,8 @@
 # the first non-finite step, as their projects run them.
 # Usage: bench/onset_corpus.sh [CORPUS_DIR]   (default results/onset-corpus)
 #        LATE=NAME lists the failing runs rule set NAME warns < 5 steps ahead (default: defaults)
+#        EXTRA="--set K=V ..." adds flags to every run (e.g. --set health.grad_spike_limit=5000,
+#        so the traces hold the statistics that only an enabled rule computes)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 family=${FAMILY:-cnn}
@@ -46,6 +48,8 @@ common=(--config "$root/configs/motivating_a_then_b.json" --set max_batches_per_
         --set health.stop_at=non_finite)
 mlp=(--set model.kind=mlp --set model.mlp_depth=3 --set model.mlp_width=256 --set activation.kind=relu)
 jobs=()
+# shellcheck disable=SC2206
+extra=(${EXTRA:-})
 if [ "$family" = gpt ]; then
   common=(--config "$root/configs/gpt.json" --set threads=1 --set health.stop_at=non_finite)
   for seed in 0 1; do
@@ -80,7 +84,7 @@ run_one() {  # NAME|FLAGS: runs unless its trace is there; exit 1 (a finding) is
   if compgen -G "$out/*/trace.jsonl" > /dev/null; then return 0; fi
   rm -rf "$out"
   # shellcheck disable=SC2086
-  "$bin" run "${common[@]}" $flags --out "$out" > "$out.log" 2>&1 || rc=$?
+  "$bin" run "${common[@]}" $flags "${extra[@]}" --out "$out" > "$out.log" 2>&1 || rc=$?
   if [ "$rc" -gt 1 ]; then echo "error: $name exited $rc (see $out.log)" >&2; return 1; fi
   echo "ran $name: $(grep -m1 '^verdict' "$out.log")"
 }
