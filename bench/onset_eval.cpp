@@ -143,6 +143,21 @@ RunScore score_marks(const LabelledRun& run, const std::vector<std::string>& mar
 
 bool finite(double v) { return std::isfinite(v); }
 
+struct MeanSd {
+  double mean = 0, sd = 0;  // the population standard deviation
+};
+template <typename Values>
+MeanSd mean_sd(const Values& values) {
+  MeanSd m;
+  if (values.empty()) return m;
+  for (double x : values) m.mean += x;
+  m.mean /= double(values.size());
+  double var = 0;
+  for (double x : values) var += (x - m.mean) * (x - m.mean);
+  m.sd = std::sqrt(var / double(values.size()));
+  return m;
+}
+
 // Megatron-LM's spiky-loss check (RerunStateMachine.is_unexpectedly_large,
 // threshold 10, as its training loop calls it on the loss): the largest |loss|
 // of the first 100 steps is the reference; a later loss at or above 10x it is
@@ -174,12 +189,8 @@ RunScore olmo(const LabelledRun& run) {
   std::deque<double> losses, norms;
   auto z_above = [](const std::deque<double>& w, double v) {
     if (w.size() < 128) return false;
-    double mean = 0, var = 0;
-    for (double x : w) mean += x;
-    mean /= double(w.size());
-    for (double x : w) var += (x - mean) * (x - mean);
-    const double sd = std::sqrt(var / double(w.size()));
-    return sd > 0 && std::fabs(v - mean) > 6 * sd;
+    const MeanSd m = mean_sd(w);
+    return m.sd > 0 && std::fabs(v - m.mean) > 6 * m.sd;
   };
   for (size_t i = 0; i < run.records.size(); ++i) {
     const StepRecord& r = run.records[i];
@@ -213,9 +224,7 @@ RunScore lightning(const LabelledRun& run) {
       continue;
     }
     if (i >= 1 && !window.empty()) {
-      double mean = 0;
-      for (double x : window) mean += x;
-      mean /= double(window.size());
+      const double mean = mean_sd(window).mean;
       if (v > last && std::fabs(v - mean) >= 2 * std::fabs(mean)) {
         marks[i] = "loss_spike_rtol2";
         continue;
@@ -246,10 +255,9 @@ RunScore zclip(const LabelledRun& run) {
     if (warm.size() < 25) {
       warm.push_back(g);
       if (warm.size() == 25) {
-        for (double x : warm) mean += x;
-        mean /= 25;
-        for (double x : warm) var += (x - mean) * (x - mean);
-        var /= 25;
+        const MeanSd m = mean_sd(warm);
+        mean = m.mean;
+        var = m.sd * m.sd;
       }
       continue;
     }
@@ -267,35 +275,23 @@ RunScore zclip(const LabelledRun& run) {
 }
 
 // A candidate, not an anchor: the norm of the step itself (update_norm in the
-// trace) spiking, in spikehunt's spike form (log10 of the value more than 8
-// trailing standard deviations above the mean of the last 16 finite steps,
-// spread at least 0.1 decade). The Marin 32B logs show update-norm spikes
+// trace) spiking, in spikehunt's spike form (SpikeWindow: log10 of the value
+// more than 8 trailing standard deviations above the mean of the last 16
+// finite steps, spread at least 0.1 decade). The Marin 32B logs show update-norm spikes
 // before loss and gradient-norm spikes; this row measures whether it leads
 // here. Traces older than the update statistics read 0 and never fire.
 RunScore update_norm_spike(const LabelledRun& run) {
   std::vector<std::string> marks(run.records.size());
-  std::deque<double> window;
+  SpikeWindow window(16);
   for (size_t i = 0; i < run.records.size(); ++i) {
     const double u = run.records[i].update_norm;
     if (!finite(u)) {
       marks[i] = "non_finite_update";
-      continue;
+    } else if (u > 0 && window.full() && window.z(u) > 8) {
+      marks[i] = "update_norm_spike";
+    } else if (u > 0) {
+      window.add(u);
     }
-    if (u <= 0) continue;
-    const double x = std::log10(u);
-    if (window.size() == 16) {
-      double mean = 0, var = 0;
-      for (double w : window) mean += w;
-      mean /= 16;
-      for (double w : window) var += (w - mean) * (w - mean);
-      const double sd = std::max(0.1, std::sqrt(var / 16));
-      if ((x - mean) / sd > 8) {
-        marks[i] = "update_norm_spike";
-        continue;
-      }
-    }
-    window.push_back(x);
-    if (window.size() > 16) window.pop_front();
   }
   return score_marks(run, marks);
 }
