@@ -8,8 +8,9 @@
 //   "health" section is the rule set, its
 //   file name (without .json) the row's name. --late NAME lists the failing
 //   runs that rule set warns fewer than 5 steps ahead, with their last steps.
-//   --diverged K: a run also fails at its first step whose loss is more than
-//   K x the lowest loss before it (default: only a non-finite step fails).
+//   --diverged K: a run also fails where its loss stands past K x its best
+//   for 10 steps in a row, at the first of them (default: only a non-finite
+//   step fails).
 //   --anchors: the published detectors (Megatron, OLMo, Lightning, ZClip, the
 //   first non-finite step) scored as more rows of the same table.
 #include <algorithm>
