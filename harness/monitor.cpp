@@ -93,7 +93,6 @@ Monitor::Monitor(Scenario& scenario, const HealthRules& rules)
     params_.push_back({p.name, p.tensor});
     param_group_.push_back(p.optimizer >= 0 ? group_index.at({p.optimizer, p.group}) : -1);
     adaptive_.push_back(p.optimizer >= 0 && normalizes_updates(*optimizers_[size_t(p.optimizer)].optimizer));
-    param_optimizer_.push_back(p.optimizer);
   }
   before_copy_.resize(params_.size());
   spike_scores_ = rules.grad_spike_limit > 0;
@@ -244,8 +243,9 @@ void Monitor::after_loss(const torch::Tensor& loss) {
 }
 
 int Monitor::push_spike_score(size_t i, const torch::Tensor& g) {
-  const std::optional<ParamState> state =
-      param_state(*optimizers_[size_t(param_optimizer_[i])].optimizer, params_[i].tensor);
+  // Only adaptive parameters are scored, and those have an optimizer group.
+  const int optimizer = groups_[size_t(param_group_[i])].first;
+  const std::optional<ParamState> state = param_state(*optimizers_[size_t(optimizer)].optimizer, params_[i].tensor);
   if (!state) return -1;  // the first step: no second moment yet
   for (const NamedTensor& b : state->buffers) {
     if (b.name != "exp_avg_sq" && b.name != "square_avg") continue;

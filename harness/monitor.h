@@ -122,7 +122,6 @@ class Monitor : public TapSink {
   std::vector<NamedTensor> params_;
   std::vector<int> param_group_;         // per parameter: index into groups_ (-1: no optimizer)
   std::vector<char> adaptive_;           // per parameter: its optimizer normalizes updates (Adam and kin)
-  std::vector<int> param_optimizer_;     // per parameter: index into optimizers_ (-1: none)
   bool spike_scores_ = false;            // grad_spike_limit is on: score each gradient against v
   // Each parameter as it was before this step's optimizer step (copied in
   // after_backward; the step's update is measured against it, in place).
