@@ -23,9 +23,10 @@
 # 0.3 and warm-up 20 are in neither group: their attention logits grow past
 # 1e3 (the instability Wortsman et al. describe, which the defaults flag on
 # purpose) while their loss does not diverge within 200 steps, so the loss
-# criterion cannot label them. Rule sets: bench/onset_gpt/*.json (calibrated.json
-# is what `spikehunt calibrate` derives from the plain defaults on healthy runs
-# of this GPT); default corpus folder results/onset-corpus-gpt.
+# criterion cannot label them. Rule sets: bench/onset_gpt/*.json
+# (calibrated_per_tensor.json is what `spikehunt calibrate` derives from the
+# plain defaults on healthy runs of this GPT, calibrated.json the same with
+# --model-wide); default corpus folder results/onset-corpus-gpt.
 # Both families also score the anchors (onset_eval --anchors): Megatron's 10x
 # loss, OLMo's 6 sigma over 128 steps, Lightning's SpikeDetection, ZClip, and
 # the first non-finite step, as their projects run them.
@@ -99,7 +100,8 @@ while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
 if [ "$family" = gpt ]; then
   "$eval_bin" "$dir" "$root"/bench/onset_gpt/gpt.json "$root"/bench/onset_gpt/gpt_no_transformer_rules.json \
     "$root"/bench/onset_gpt/gpt_attention_1e4.json "$root"/bench/onset_gpt/defaults.json \
-    "$root"/bench/onset_gpt/calibrated.json --diverged 2 --anchors \
+    "$root"/bench/onset_gpt/calibrated.json "$root"/bench/onset_gpt/calibrated_per_tensor.json \
+    --diverged 2 --anchors \
     --late "${LATE:-gpt}"
   exit 0
 fi

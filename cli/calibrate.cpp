@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "base/dotted_path.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/json.h"
@@ -19,6 +20,7 @@
 #include "cli/verbs.h"
 #include "harness/burst.h"
 #include "harness/calibrate.h"
+#include "harness/health.h"
 
 namespace spikehunt {
 
@@ -37,6 +39,7 @@ struct CalibrateArgs {
   std::vector<std::string> sets;
   int64_t seeds = 3;
   double margin = 2.0;
+  bool model_wide = false;
 };
 
 int calibrate_verb(const CalibrateArgs& a) {
@@ -96,16 +99,26 @@ int calibrate_verb(const CalibrateArgs& a) {
       baselines.push_back(std::move(b));
     }
   }
-  const Calibration cal = derive_rules(base.health, classes, baselines, a.margin);
+  for (const std::string& line : unused_layer_rules(base.health, baselines.front().steps.front())) {
+    std::cout << "warning: " << line << "\n";
+  }
+  const Calibration cal = derive_rules(base.health, classes, baselines, a.margin, !a.model_wide);
   std::cout << "the current rules call " << cal.flagged_before << " of " << cal.baseline_steps
             << " healthy steps extreme\n";
   json health = json::object(), moved = json::array();
   for (const MovedRule& m : cal.moved) {
     std::cout << "  moved " << m.why << "\n";
-    health[m.field] = number(m.after);
+    if (m.tensor.empty()) health[m.field] = number(m.after);
     moved.push_back({{"field", m.field}, {"rule", m.rule}, {"before", number(m.before)}, {"after", number(m.after)},
                      {"observed", number(m.observed)}, {"where", m.where}, {"steps", m.steps}, {"why", m.why}});
+    if (!m.tensor.empty()) moved.back()["tensor"] = m.tensor;
   }
+  // The per-tensor thresholds whole (the config's own and the raised): a
+  // rules file's health.layers replaces the config's.
+  TrainingConfig calibrated;
+  calibrated.health = cal.rules;
+  const json calibrated_json = config_to_json(calibrated);
+  if (const json* layers = find_path(calibrated_json, "health.layers")) health["layers"] = *layers;
   if (cal.moved.empty()) std::cout << "  no rule fires on these healthy runs: every threshold stays\n";
   const json file = {{"health", health},
                      {"calibration",
@@ -134,6 +147,9 @@ void add_calibrate_verb(Cli& cli) {
   v->add_option("--margin", a->margin, "Each raised threshold is this many times what the healthy runs reached")
       ->capture_default_str();
   v->add_option("--out", a->out, "The rules file to write")->capture_default_str();
+  v->add_flag("--model-wide", a->model_wide,
+              "Raise the per-tensor rules' model-wide thresholds instead of one threshold per tensor "
+              "(for sweeps whose variants name their tensors differently)");
 }
 
 }  // namespace spikehunt

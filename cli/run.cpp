@@ -15,6 +15,7 @@
 #include "cli/verbs.h"
 #include "harness/burst.h"
 #include "harness/checkpoint.h"
+#include "harness/health.h"
 #include "harness/env.h"
 #include "harness/report.h"
 #include "harness/repro.h"
@@ -133,8 +134,15 @@ int run_verb(const RunArgs& a) {
   BurstOptions options;
   options.keep_states = !a.no_checkpoints;
   options.fail_fast = a.fail_fast;
+  bool first_step = true;
   options.on_step = [&](const StepRecord& r) {
     trace_writer.write(r);
+    if (first_step) {  // per-tensor rules that name no tensor of this model: said once, not an error
+      first_step = false;
+      for (const std::string& line : unused_layer_rules(config.health, r)) {
+        std::fprintf(stderr, "warning: %s\n", line.c_str());
+      }
+    }
     if (tty) {
       std::fprintf(stderr, "\r  step %lld/%lld  loss %-10s %-10s", static_cast<long long>(r.step + 1),
                    static_cast<long long>(planned_optimizer_steps(*scenario)), fmt(r.loss).c_str(), to_string(r.health));

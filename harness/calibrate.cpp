@@ -113,7 +113,7 @@ std::optional<std::string> baseline_problem(const Baseline& b, int64_t classes) 
 }
 
 Calibration derive_rules(const HealthRules& rules, int64_t classes, const std::vector<Baseline>& baselines,
-                         double margin) {
+                         double margin, bool per_tensor) {
   if (!(margin >= 1)) throw std::invalid_argument("the margin must be at least 1");
   Calibration out;
   out.rules = rules;
@@ -125,7 +125,18 @@ Calibration derive_rules(const HealthRules& rules, int64_t classes, const std::v
       int64_t steps = 0;
       std::string rule;
     };
-    std::map<std::string, Seen> fired;  // by field
+    // By field and, for a per-tensor rule calibrated per tensor, the tensor.
+    std::map<std::pair<std::string, std::string>, Seen> fired;
+    auto see = [&](const std::string& field, const std::string& tensor, const std::string& rule, double value,
+                   const std::string& where) {
+      Seen& s = fired[{field, tensor}];
+      ++s.steps;
+      s.rule = rule;
+      if (!(value <= s.observed)) {  // also takes the first
+        s.observed = value;
+        s.where = where;
+      }
+    };
     int64_t flagged = 0, steps = 0;
     for (const Baseline& b : baselines) {
       HealthJudge judge(out.rules, classes);
@@ -133,29 +144,36 @@ Calibration derive_rules(const HealthRules& rules, int64_t classes, const std::v
         judge.judge(r);
         ++steps;
         if (r.health == Health::kExtreme) ++flagged;
+        const std::string where = b.label + ", step " + std::to_string(r.step);
         for (const RuleHit& h : r.hits) {
           const std::string field = rule_field(h.rule);
           if (field.empty() || !rule_fields().count(field)) continue;
-          const double value = h.rule == "chance_loss" ? h.quantity / ln_classes : h.quantity;
-          Seen& s = fired[field];
-          ++s.steps;
-          s.rule = h.rule;
-          if (!(value <= s.observed)) {  // also takes the first
-            s.observed = value;
-            s.where = b.label + ", step " + std::to_string(r.step);
-          }
+          if (per_tensor && !h.tensor.empty()) continue;  // every tensor past its threshold, below
+          see(field, "", h.rule, h.rule == "chance_loss" ? h.quantity / ln_classes : h.quantity, where);
         }
+        if (!per_tensor || r.health != Health::kExtreme) continue;
+        // A step a per-tensor rule fired on: each tensor past its own threshold, not only the worst.
+        each_tensor_judged(r, [&](TensorRule rule, const std::string& tensor, double value) {
+          const double lim = tensor_limit(out.rules, rule, tensor);
+          if (lim > 0 && value > lim) see(kLayerRuleFields[rule].name, tensor, kLayerRuleFields[rule].name, value, where);
+        });
       }
     }
     if (pass == 0) out.flagged_before = flagged, out.baseline_steps = steps;
     if (fired.empty()) return out;
-    for (const auto& [field, s] : fired) {
-      const double before = rule_field_value(out.rules, field);
+    for (const auto& [key, s] : fired) {
+      const auto& [field, tensor] = key;
+      const auto rule = std::find_if(kLayerRuleFields.begin(), kLayerRuleFields.end(),
+                                     [&](const LayerRuleField& f) { return field == f.name; });
+      const double before = tensor.empty() ? rule_field_value(out.rules, field)
+                                           : tensor_limit(out.rules, TensorRule(rule - kLayerRuleFields.begin()), tensor);
       const double after = std::max(round_up(margin * s.observed), before);
-      set_rule_field(out.rules, field, after);
-      auto it = std::find_if(out.moved.begin(), out.moved.end(), [&](const MovedRule& m) { return m.field == field; });
+      if (tensor.empty()) set_rule_field(out.rules, field, after);
+      else out.rules.layers[tensor].*(rule->layer) = after;
+      auto it = std::find_if(out.moved.begin(), out.moved.end(),
+                             [&](const MovedRule& m) { return m.field == field && m.tensor == tensor; });
       if (it == out.moved.end()) {
-        out.moved.push_back({field, s.rule, before, after, s.observed, s.where, s.steps, ""});
+        out.moved.push_back({field, s.rule, before, after, s.observed, s.where, s.steps, "", tensor});
         it = out.moved.end() - 1;
       } else {
         it->after = after;
@@ -163,10 +181,11 @@ Calibration derive_rules(const HealthRules& rules, int64_t classes, const std::v
         it->steps += s.steps;
       }
       const std::string unit = field == "chance_loss_factor" ? " x ln(classes)" : "";
-      it->why = field + " " + significant_named(it->before, 3) + " -> " + significant_named(it->after, 3) + ": " +
+      const std::string of = tensor.empty() ? "" : " of " + tensor;
+      it->why = field + of + " " + significant_named(it->before, 3) + " -> " + significant_named(it->after, 3) + ": " +
                 it->rule + " fired on " + std::to_string(it->steps) + " healthy step" + (it->steps == 1 ? "" : "s") +
-                ", which reach " + significant_named(it->observed, 3) + unit + " (" + it->where + "); " +
-                significant_named(margin, 3) + "x margin";
+                ", which reach " + significant_named(it->observed, 3) + unit + (tensor.empty() ? "" : " there") +
+                " (" + it->where + "); " + significant_named(margin, 3) + "x margin";
     }
   }
   throw std::logic_error("calibration did not settle in 20 passes");

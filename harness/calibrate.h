@@ -9,7 +9,11 @@
 // fires, set its field (a limit, or the floor of a spike, growth or sigma
 // rule, or chance_loss_factor) to margin × the largest value it fired on;
 // repeat until no baseline step is extreme (a finite step that stops being
-// extreme enters the windows, so the windowed rules are judged again).
+// extreme enters the windows, so the windowed rules are judged again). The
+// rules that judge one tensor at a time (a parameter's jump, update ratio and
+// gradient spike score, a tap's activation, attention logit and log Z) are
+// raised per tensor, in health.layers: a layer that runs hot in healthy runs
+// gets its own threshold, and the others keep theirs.
 // Rules that never fire keep their values: calibration only removes alarms
 // a healthy run of this model raises, it never lowers a threshold.
 // Example:
@@ -43,6 +47,7 @@ struct MovedRule {
   std::string where;     // "seed 1, lr 0.05, step 3"
   int64_t steps = 0;     // baseline steps it fired on
   std::string why;       // one line for people
+  std::string tensor;    // a per-tensor rule raised for this tensor alone (health.layers); empty: model-wide
 };
 
 struct Calibration {
@@ -75,8 +80,12 @@ std::optional<std::string> baseline_problem(const Baseline& b, int64_t classes);
 // The rules, raised as little as the margin allows, that call no baseline
 // step extreme. `classes`: the scenario's number of classes (chance_loss).
 // Throws std::invalid_argument for margin < 1.
+// `per_tensor`: a rule that judges a tensor at a time (health.layers) is
+// raised for each tensor past its threshold, to margin × what that tensor
+// reached, and the other tensors keep theirs; false raises the model-wide
+// threshold to margin × the largest any reached.
 Calibration derive_rules(const HealthRules& rules, int64_t classes, const std::vector<Baseline>& baselines,
-                         double margin);
+                         double margin, bool per_tensor = true);
 
 // Sets health field `field` of `rules` (a field of HealthRules by its JSON name).
 void set_rule_field(HealthRules& rules, const std::string& field, double value);

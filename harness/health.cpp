@@ -1,8 +1,12 @@
 #include "harness/health.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <set>
+
+#include "base/did_you_mean.h"
 
 namespace spikehunt {
 
@@ -167,9 +171,10 @@ void HealthJudge::start_phase(int64_t phase) {
   growth_.assign(kGrowthQuantities, GrowthRun{});
 }
 
-void HealthJudge::fire(StepRecord& r, const char* rule, double value, double threshold, double quantity) {
+void HealthJudge::fire(StepRecord& r, const char* rule, double value, double threshold, double quantity,
+                       const std::string& tensor) {
   r.rules.push_back(rule);
-  r.hits.push_back({rule, value, threshold, quantity});
+  r.hits.push_back({rule, value, threshold, quantity, tensor});
 }
 
 // Taps in forward order, then each parameter's gradient, update and state.
@@ -258,6 +263,46 @@ bool tap_is_logit_z(const std::string& name) {
   return name == "z" || (name.size() > 2 && name.compare(name.size() - 2, 2, "_z") == 0);
 }
 
+// The rule names of TensorRule, in kLayerRuleFields' order.
+static_assert(kParamJumpRule == 0 && kLogitZRule == kLayerRuleFields.size() - 1, "TensorRule follows kLayerRuleFields");
+
+double tensor_limit(const HealthRules& rules, TensorRule rule, const std::string& tensor) {
+  const LayerRuleField& f = kLayerRuleFields[rule];
+  if (!rules.layers.empty()) {
+    const auto it = rules.layers.find(tensor);
+    if (it != rules.layers.end() && it->second.*f.layer) return *(it->second.*f.layer);
+  }
+  return rules.*f.model;
+}
+
+std::vector<std::string> unused_layer_rules(const HealthRules& rules, const StepRecord& r) {
+  static const char* const kJudges[] = {
+      "weights of optimizers whose step scales with the gradient (SGD)", "parameters of Adam-like optimizers",
+      "parameters", "taps", "taps named *attn_logits", "taps named *_z (log Z)"};
+  std::set<std::pair<size_t, std::string>> judged;
+  std::vector<std::string> names;
+  each_tensor_judged(r, [&](TensorRule rule, const std::string& tensor, double) { judged.insert({rule, tensor}); });
+  for (const LayerStats& l : r.layers) names.push_back(l.name);
+  for (const TapStats& t : r.taps) names.push_back(t.name);
+  std::vector<std::string> out;
+  for (const auto& [name, l] : rules.layers) {
+    const bool exists = std::find(names.begin(), names.end(), name) != names.end();
+    if (!exists) {
+      const std::string near = closest(name, names);
+      out.push_back("health.layers: \"" + name + "\" is neither a parameter nor a tap of this model" +
+                    (near.empty() ? "" : " (did you mean \"" + near + "\"?)"));
+      continue;
+    }
+    for (size_t k = 0; k < kLayerRuleFields.size(); ++k) {
+      if ((l.*kLayerRuleFields[k].layer) && !judged.count({k, name})) {
+        out.push_back("health.layers." + name + "." + kLayerRuleFields[k].name + ": that rule does not judge " +
+                      name + " (it judges " + kJudges[k] + ")");
+      }
+    }
+  }
+  return out;
+}
+
 void HealthJudge::judge(StepRecord& r) {
   r.rules.clear();
   r.hits.clear();
@@ -275,31 +320,31 @@ void HealthJudge::judge(StepRecord& r) {
     limit("loss_limit", r.loss, h.loss_limit);
     limit("grad_norm_limit", r.grad_norm, h.grad_norm_limit);
     limit("max_grad_limit", r.grad_max, h.max_grad_limit);
-    limit("activation_limit", r.activation_max, h.activation_limit);
+    // The rules that judge a tensor at a time (each_tensor_judged), each
+    // tensor against its own threshold (health.layers) or the model-wide
+    // one: the tensor furthest past its threshold fires, and the hit names
+    // it. (A weight's jump is judged where the optimizer's step scales with
+    // the gradient; where it normalizes its steps, Adam and kin, a step of
+    // about lr per coordinate is what it always makes, however large against
+    // a small weight: there the step is judged against lr, update_ratio.)
+    struct Worst {
+      double ratio = 0, value = 0, limit = 0;
+      const std::string* tensor = nullptr;
+    };
+    std::array<Worst, kLayerRuleFields.size()> worst{};
+    each_tensor_judged(r, [&](TensorRule rule, const std::string& tensor, double value) {
+      const double lim = tensor_limit(h, rule, tensor);
+      if (lim > 0 && value > lim && value / lim > worst[rule].ratio) worst[rule] = {value / lim, value, lim, &tensor};
+    });
+    auto tensor_rule = [&](TensorRule rule) {
+      const Worst& w = worst[rule];
+      if (w.tensor != nullptr) fire(r, kLayerRuleFields[rule].name, w.value, w.limit, w.value, *w.tensor);
+    };
+    tensor_rule(kActivationRule);
     limit("optimizer_state_limit", r.state_max, h.optimizer_state_limit);
-    if (h.attention_logit_limit > 0 || h.logit_z_limit > 0) {  // transformer taps, by their names' ends
-      double attention = 0, z = 0;
-      for (const TapStats& t : r.taps) {
-        if (tap_is_attention_logits(t.name)) attention = std::max(attention, t.max_abs);
-        else if (tap_is_logit_z(t.name)) z = std::max(z, t.max_abs);
-      }
-      limit("attention_logit_limit", attention, h.attention_logit_limit);
-      limit("logit_z_limit", z, h.logit_z_limit);
+    for (TensorRule rule : {kAttentionLogitRule, kLogitZRule, kParamJumpRule, kUpdateRatioRule, kGradSpikeRule}) {
+      tensor_rule(rule);
     }
-    // A weight's jump against its norm, where the optimizer's step scales
-    // with the gradient (SGD); where the optimizer normalizes its steps
-    // (Adam and kin), a step of about lr per coordinate is what it always
-    // makes, however large against a small weight: judge the step against lr.
-    if (h.param_jump_limit > 0) {
-      double worst = 0;
-      for (const LayerStats& l : r.layers) {
-        if (!l.is_weight || l.adaptive || !(l.param_norm_before > 0)) continue;
-        worst = std::max(worst, std::fabs(l.param_norm_after - l.param_norm_before) / l.param_norm_before);
-      }
-      if (worst > h.param_jump_limit) fire(r, "param_jump_limit", worst, h.param_jump_limit, worst);
-    }
-    limit("update_ratio_limit", r.update_ratio, h.update_ratio_limit);
-    limit("grad_spike_limit", r.grad_spike_score, h.grad_spike_limit);
     // A windowed rule: silent until its window is full and below its floor;
     // fires when the window's score of the value passes the threshold.
     auto windowed = [&](const char* name, const auto& w, double value, double floor, double threshold, auto score) {

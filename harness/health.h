@@ -47,6 +47,7 @@
 //   judge.judge(record);   // sets record.health, rules, hits (and movers at the onset)
 #pragma once
 
+#include <cmath>
 #include <deque>
 #include <string>
 #include <vector>
@@ -71,6 +72,42 @@ constexpr size_t kMaxMovers = 8;
 // The tap names the transformer rules read (models.h's gpt taps them so).
 bool tap_is_attention_logits(const std::string& name);
 bool tap_is_logit_z(const std::string& name);
+
+// The per-tensor rules (HealthRules::layers), as indices into kLayerRuleFields.
+enum TensorRule : size_t {
+  kParamJumpRule, kUpdateRatioRule, kGradSpikeRule, kActivationRule, kAttentionLogitRule, kLogitZRule
+};
+
+// Calls f(rule, tensor name, value) for every judgement the per-tensor rules
+// make at step r: a weight's jump |Δ‖θ‖| / ‖θ‖ (optimizers whose step scales
+// with the gradient), an adaptive parameter's update ratio, every
+// parameter's gradient spike score, every tap's activation, and the
+// attention-logit and log Z taps' again under their own rules.
+template <class F>
+void each_tensor_judged(const StepRecord& r, F&& f) {
+  for (const LayerStats& l : r.layers) {
+    if (l.is_weight && !l.adaptive && l.param_norm_before > 0) {
+      f(kParamJumpRule, l.name, std::fabs(l.param_norm_after - l.param_norm_before) / l.param_norm_before);
+    }
+    if (l.adaptive) f(kUpdateRatioRule, l.name, l.update_ratio);
+    f(kGradSpikeRule, l.name, l.grad_spike_score);
+  }
+  for (const TapStats& t : r.taps) {
+    f(kActivationRule, t.name, t.max_abs);
+    if (tap_is_attention_logits(t.name)) f(kAttentionLogitRule, t.name, t.max_abs);
+    else if (tap_is_logit_z(t.name)) f(kLogitZRule, t.name, t.max_abs);
+  }
+}
+
+// The threshold rule `rule` holds `tensor` to: its own in rules.layers, else the model-wide one.
+double tensor_limit(const HealthRules& rules, TensorRule rule, const std::string& tensor);
+
+// The entries of rules.layers that step r's tensors do not use, one line
+// each: a name that is neither a parameter nor a tap of the model (with the
+// nearest one), or a tap's rule set on a parameter and the reverse. Empty
+// when every entry judges a tensor. (Not an error in the judge: a sweep's
+// variants may lack a tensor, e.g. without qk-layernorm.)
+std::vector<std::string> unused_layer_rules(const HealthRules& rules, const StepRecord& r);
 
 // The upper median (0 for none).
 double median_of(std::vector<double> v);
@@ -129,7 +166,8 @@ class HealthJudge {
   void restore(const nlohmann::json& state);
 
  private:
-  void fire(StepRecord& r, const char* rule, double value, double threshold, double quantity);
+  void fire(StepRecord& r, const char* rule, double value, double threshold, double quantity,
+            const std::string& tensor = std::string());
   void start_phase(int64_t phase);
   std::vector<double> series_values(const StepRecord& r);
   std::vector<Mover> attribute(const StepRecord& r, const std::vector<double>& now) const;

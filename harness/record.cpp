@@ -84,8 +84,8 @@ std::string RuleHit::describe() const {
   }
   if (ends_with(rule, "_spike")) return rule + " z " + significant_named(value, 3) + " > " + significant_named(threshold, 3) + q;
   if (ends_with(rule, "_sigma")) return rule + " " + significant_named(value, 3) + "σ > " + significant_named(threshold, 3) + "σ" + q;
-  if (rule == "param_jump_limit") return rule + " " + significant_named(value, 3) + " > " + significant_named(threshold, 3);
-  return rule + " " + significant_named(value, 3) + " > " + significant_named(threshold, 3);
+  const std::string at = tensor.empty() ? "" : " at " + tensor;
+  return rule + " " + significant_named(value, 3) + " > " + significant_named(threshold, 3) + at;
 }
 
 std::string describe_movers(const std::vector<Mover>& movers, int64_t onset, size_t max_named) {
@@ -107,8 +107,10 @@ std::string describe_movers(const std::vector<Mover>& movers, int64_t onset, siz
 }
 
 json to_json(const RuleHit& h) {
-  return {{"rule", h.rule}, {"value", number(h.value)}, {"threshold", number(h.threshold)},
-          {"quantity", number(h.quantity)}};
+  json j = {{"rule", h.rule}, {"value", number(h.value)}, {"threshold", number(h.threshold)},
+            {"quantity", number(h.quantity)}};
+  if (!h.tensor.empty()) j["tensor"] = h.tensor;
+  return j;
 }
 
 json to_json(const Mover& m) {
@@ -245,7 +247,7 @@ std::vector<RuleHit> hits_from(const json& a) {
   std::vector<RuleHit> out;
   for (const json& h : a) {
     out.push_back({h.at("rule").get<std::string>(), number_from(h.at("value")), number_from(h.at("threshold")),
-                   number_from(h.at("quantity"))});
+                   number_from(h.at("quantity")), h.value("tensor", std::string())});
   }
   return out;
 }

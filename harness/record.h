@@ -80,6 +80,9 @@ struct RuleHit {
   double value = 0;
   double threshold = 0;
   double quantity = 0;
+  // The tensor a per-tensor rule judged (HealthRules::layers): the parameter
+  // or tap furthest past its own threshold; empty for model-wide rules.
+  std::string tensor;
   std::string describe() const;  // "grad_norm_growth ×1.52/step ≥ ×1.5 (grad norm 67.5)"
 };
 

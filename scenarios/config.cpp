@@ -308,6 +308,7 @@ void each_field(Config& c, V& v) {
   v.number("health.attention_logit_limit", c.health.attention_logit_limit, at_least(0), kRuleOff);
   v.number("health.logit_z_limit", c.health.logit_z_limit, at_least(0), kRuleOff);
   v.choice("health.stop_at", c.health.stop_at, kStopAts);
+  v.layer_rules("health.layers", c.health.layers);
   v.choice("schedule.kind", c.schedule.kind, kScheduleKinds);
   v.integer("schedule.warmup_steps", c.schedule.warmup_steps, 0, 1000000000, "0: no warm-up");
   v.number("schedule.min_lr", c.schedule.min_lr, at_least(0), "the learning rate the decay ends at, e.g. 0");
@@ -342,6 +343,18 @@ class Writer {
   void integers(const char* path, const std::vector<int64_t>& v) { put(path, v); }
   void class_lists(const char* path, const std::vector<std::vector<int64_t>>& v) { put(path, v); }
   void params(const char* path, const Params& p) { put(path, p.values()); }
+  void layer_rules(const char* path, const std::map<std::string, LayerRules>& layers) {
+    if (layers.empty()) return;  // a config without per-tensor rules keeps the JSON it always had
+    json out_layers = json::object();
+    for (const auto& [name, l] : layers) {
+      json fields = json::object();
+      for (const LayerRuleField& f : kLayerRuleFields) {
+        if (l.*f.layer) fields[f.name] = *(l.*f.layer);
+      }
+      out_layers[name] = std::move(fields);
+    }
+    put(path, std::move(out_layers));
+  }
 
  private:
   void put(const char* path, json v) { make_path(out, path) = std::move(v); }
@@ -465,6 +478,45 @@ class Reader {
       else problems_->push_back({std::string(path) + "." + it.key(), show(*it),
                                  "must be a number, boolean, string or list of them", ""});
     }
+  }
+
+  // {"TENSOR": {"RULE": number, ...}, ...}: tensor names hold dots, so the
+  // names are keys of one object, never nested groups.
+  void layer_rules(const char* path, std::map<std::string, LayerRules>& out) {
+    const json* v = get(path);
+    if (v == nullptr) return;
+    if (!v->is_object()) {
+      return bad(path, *v, "must be an object of tensor names, e.g. {\"fc1.weight\": {\"param_jump_limit\": 2}}");
+    }
+    std::vector<std::string> rules;
+    for (const LayerRuleField& f : kLayerRuleFields) rules.push_back(f.name);
+    std::map<std::string, LayerRules> result;
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      const std::string where = std::string(path) + "." + it.key();
+      if (it.key().empty()) {
+        problems_->push_back({where, show(*it), "has no tensor name", "name a parameter or a tap, e.g. \"fc1.weight\""});
+        continue;
+      }
+      if (!it->is_object()) {
+        bad(where, *it, "must be an object of per-tensor rules, e.g. {\"param_jump_limit\": 2}");
+        continue;
+      }
+      LayerRules& l = result[it.key()];
+      for (auto f = it->begin(); f != it->end(); ++f) {
+        const auto field = std::find_if(kLayerRuleFields.begin(), kLayerRuleFields.end(),
+                                        [&](const LayerRuleField& k) { return f.key() == k.name; });
+        if (field == kLayerRuleFields.end()) {
+          const std::string hint = did_you_mean(f.key(), rules);
+          problems_->push_back({where + "." + f.key(), show(*f), "is not a per-tensor rule",
+                                hint.empty() ? "per-tensor rules: " + joined(rules) : hint});
+        } else if (!f->is_number()) {
+          bad(where + "." + f.key(), *f, "must be a number");
+        } else {
+          l.*(field->layer) = f->get<double>();
+        }
+      }
+    }
+    out = std::move(result);
   }
 
   // Keys nobody read, each with the nearest known key beside it.
@@ -666,6 +718,13 @@ class Checker {
   void integers(const char*, const std::vector<int64_t>&) {}
   void class_lists(const char*, const std::vector<std::vector<int64_t>>&) {}
   void params(const char*, const Params&) {}
+  void layer_rules(const char* path, const std::map<std::string, LayerRules>& layers) {
+    for (const auto& [name, l] : layers) {
+      for (const LayerRuleField& f : kLayerRuleFields) {
+        if (l.*f.layer) number((std::string(path) + "." + name + "." + f.name).c_str(), *(l.*f.layer), at_least(0), kRuleOff);
+      }
+    }
+  }
 
   void fail(std::string field, std::string value, std::string message, std::string hint = "") {
     problems_->push_back({std::move(field), std::move(value), std::move(message), std::move(hint)});
@@ -798,6 +857,24 @@ void apply_override(json& j, const std::string& item) {
       }
       if (!target->is_object()) *target = json::object();
       target = &(*target)[part];
+      schema = &kLeaf;
+      break;
+    }
+    if (walked == "health.layers") {  // tensor names hold dots: the last part names the rule
+      if (!target->is_object()) *target = json::object();
+      target = &(*target)["layers"];
+      if (dot != std::string::npos) {
+        const std::string rest = key.substr(dot + 1);
+        const size_t last = rest.rfind('.');
+        if (last == std::string::npos || last == 0 || last + 1 == rest.size()) {
+          throw InputError("--set", key, "", "is not health.layers.TENSOR.RULE",
+                           "e.g. --set health.layers.fc1.weight.param_jump_limit=2");
+        }
+        if (!target->is_object()) *target = json::object();
+        json& entry = (*target)[rest.substr(0, last)];
+        if (!entry.is_object()) entry = json::object();
+        target = &entry[rest.substr(last + 1)];
+      }
       schema = &kLeaf;
       break;
     }

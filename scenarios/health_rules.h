@@ -4,11 +4,24 @@
 // harness/health.h; a run records the rules it used in its results.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
 
 namespace spikehunt {
 
 enum class StopAt { kNonFinite, kExtreme };
+
+// One tensor's own thresholds for the rules that judge a tensor at a time
+// (HealthRules::layers): a parameter's jump, update ratio and gradient spike
+// score, a tap's activation, attention logit and log Z. An unset field takes
+// the model-wide value.
+struct LayerRules {
+  std::optional<double> param_jump_limit, update_ratio_limit, grad_spike_limit;
+  std::optional<double> activation_limit, attention_logit_limit, logit_z_limit;
+};
 
 // The health rules (harness/health.h applies them). Each rule is named after its field;
 // a limit, ratio, factor or sigma of 0 disables it. Rules with a memory
@@ -55,6 +68,29 @@ struct HealthRules {
   double attention_logit_limit = 1e3;   // max |attention logit| (Wortsman: every run past 1e4 diverged)
   double logit_z_limit = 50.0;          // max |log Z| of the output logits (output-logit divergence)
   StopAt stop_at = StopAt::kNonFinite;  // stop the burst at the first such step
+  // Per tensor, by its name (a parameter "block0_qkv.weight" or a tap
+  // "block0_attn_logits"): thresholds that replace the model-wide ones for
+  // that tensor alone (what `spikehunt calibrate` writes for the layers its
+  // healthy runs push past a rule). Empty: every tensor by the model-wide rules.
+  std::map<std::string, LayerRules> layers;
 };
+
+// The per-tensor fields of LayerRules: the JSON name (the model-wide field it
+// replaces), its place in LayerRules and in HealthRules, and whether it
+// judges taps (activations) or parameters.
+struct LayerRuleField {
+  const char* name;
+  std::optional<double> LayerRules::*layer;
+  double HealthRules::*model;
+  bool tap;
+};
+inline constexpr std::array<LayerRuleField, 6> kLayerRuleFields = {{
+    {"param_jump_limit", &LayerRules::param_jump_limit, &HealthRules::param_jump_limit, false},
+    {"update_ratio_limit", &LayerRules::update_ratio_limit, &HealthRules::update_ratio_limit, false},
+    {"grad_spike_limit", &LayerRules::grad_spike_limit, &HealthRules::grad_spike_limit, false},
+    {"activation_limit", &LayerRules::activation_limit, &HealthRules::activation_limit, true},
+    {"attention_logit_limit", &LayerRules::attention_logit_limit, &HealthRules::attention_logit_limit, true},
+    {"logit_z_limit", &LayerRules::logit_z_limit, &HealthRules::logit_z_limit, true},
+}};
 
 }  // namespace spikehunt

@@ -119,9 +119,15 @@ TEST(Burst, DefaultConfigGoesExtremeBeforeNonFiniteAndNamesTheTensor) {
   EXPECT_GE(*v.lead_time(), 5);
   EXPECT_EQ(v.onset_hits.size(), v.onset_rules.size());
   for (const StepRecord& rec : r.trace.recent()) {
-    if (rec.step < *v.onset_step) EXPECT_EQ(rec.health, Health::kFinite) << rec.step;
-    if (rec.step == *v.onset_step) EXPECT_FALSE(rec.rules.empty());
-    if (rec.step == *v.failure_step - 1) EXPECT_EQ(rec.health, Health::kExtreme) << rec.step;
+    if (rec.step < *v.onset_step) {
+      EXPECT_EQ(rec.health, Health::kFinite) << rec.step;
+    }
+    if (rec.step == *v.onset_step) {
+      EXPECT_FALSE(rec.rules.empty());
+    }
+    if (rec.step == *v.failure_step - 1) {
+      EXPECT_EQ(rec.health, Health::kExtreme) << rec.step;
+    }
   }
   EXPECT_FALSE(r.trace.before_onset().empty());
   // What does not depend on the CPU's float kernels is pinned: the data. The

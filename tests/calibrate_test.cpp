@@ -60,7 +60,7 @@ TEST(Calibrate, RaisesOnlyTheRulesHealthyRunsTripToTheMarginAboveWhatTheyReach) 
   const std::vector<Baseline> runs = {baseline("seed 0", 30, 0.6), baseline("seed 1", 30, 0.7)};
   const HealthRules defaults;
   ASSERT_EQ(extreme_steps(defaults, runs), 2) << "each trips param_jump_limit at step 1";
-  const Calibration c = derive_rules(defaults, 10, runs, 2.0);
+  const Calibration c = derive_rules(defaults, 10, runs, 2.0, /*per_tensor=*/false);
   EXPECT_EQ(c.flagged_before, 2);
   EXPECT_EQ(c.baseline_steps, 60);
   ASSERT_EQ(c.moved.size(), 1u);
@@ -83,6 +83,44 @@ TEST(Calibrate, RaisesOnlyTheRulesHealthyRunsTripToTheMarginAboveWhatTheyReach) 
   StepRecord bad = healthy_step(2, 2.0);
   judge.judge(bad);
   EXPECT_EQ(bad.health, Health::kExtreme);
+}
+
+// Per tensor (the default): only the layer that runs hot in healthy runs
+// gets its own threshold; the others keep the model-wide one, so a failure
+// elsewhere is still flagged where the model-wide raise would hide it.
+TEST(Calibrate, APerTensorRuleIsRaisedForTheTensorsThatTripItAlone) {
+  std::vector<Baseline> runs;
+  for (int seed = 0; seed < 2; ++seed) {
+    Baseline b{"seed " + std::to_string(seed), {}};
+    for (int64_t i = 0; i < 30; ++i) {
+      StepRecord r = healthy_step(i);
+      LayerStats head = r.layers[0];
+      head.name = "head.weight";
+      head.param_norm_after = head.param_norm_before * (1 + (i == 1 ? 0.6 + 0.1 * seed : 0.01));
+      r.layers.push_back(head);
+      b.steps.push_back(r);
+    }
+    runs.push_back(std::move(b));
+  }
+  const Calibration c = derive_rules(HealthRules{}, 10, runs, 2.0);
+  ASSERT_EQ(c.moved.size(), 1u);
+  const MovedRule& m = c.moved[0];
+  EXPECT_EQ(m.field, "param_jump_limit");
+  EXPECT_EQ(m.tensor, "head.weight");
+  EXPECT_NEAR(m.observed, 0.7, 1e-12);
+  EXPECT_TRUE(has(m.why, "param_jump_limit of head.weight 0.5 -> 1.4")) << m.why;
+  EXPECT_EQ(c.rules.param_jump_limit, 0.5) << "the model-wide limit stays";
+  ASSERT_TRUE(c.rules.layers.count("head.weight"));
+  EXPECT_NEAR(*c.rules.layers.at("head.weight").param_jump_limit, 1.4, 1e-9);
+  EXPECT_EQ(extreme_steps(c.rules, runs), 0);
+  HealthJudge judge(c.rules, 10);
+  StepRecord elsewhere = runs[0].steps[2];
+  elsewhere.layers[0].param_norm_after = elsewhere.layers[0].param_norm_before * 1.6;  // fc.weight jumps
+  judge.judge(elsewhere);
+  EXPECT_EQ(elsewhere.health, Health::kExtreme) << "fc.weight is still held to 0.5";
+  const Calibration wide = derive_rules(HealthRules{}, 10, runs, 2.0, /*per_tensor=*/false);
+  EXPECT_TRUE(wide.rules.layers.empty());
+  EXPECT_NEAR(wide.rules.param_jump_limit, 1.4, 1e-9) << "model-wide: the same raise for every weight";
 }
 
 TEST(Calibrate, AWindowedRuleIsRaisedByItsFloor) {
@@ -159,6 +197,40 @@ TEST(Calibrate, TheVerbsRulesFileSilencesTheBaselineAndStillFlagsAFailure) {
   EXPECT_EQ(refused.exit_code, 2) << refused.output;
   EXPECT_TRUE(has(refused.output, "is not healthy")) << refused.output;
   EXPECT_FALSE(std::ifstream(dir.file("never.json")).good());
+}
+
+// Per-tensor thresholds travel in the rules file as health.layers, and a
+// name no tensor has is said, not silently kept.
+TEST(Calibrate, TheRulesFileCarriesPerTensorThresholds) {
+  TempDir dir;
+  const std::string config = dir.file("tight.json"), rules = dir.file("rules.json");
+  std::ofstream(config) << R"({"name": "tight", "model": {"kind": "mlp"}, "dataset": {"kind": "synthetic"},
+    "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9}, "max_batches_per_epoch": 8,
+    "protocol": {"epochs_per_phase": 1, "relaxation_epochs": 1}, "threads": 1,
+    "health": {"activation_limit": 0.5}})";
+  const auto before = run_spikehunt("run --config " + config + " --out " + dir.file("before"));
+  ASSERT_EQ(before.exit_code, 1) << before.output;
+  EXPECT_TRUE(has(before.output, "activation_limit")) << before.output;
+
+  const auto cal = run_spikehunt("calibrate --config " + config + " --seeds 1 --out " + rules);
+  ASSERT_EQ(cal.exit_code, 0) << cal.output;
+  EXPECT_TRUE(has(cal.output, "moved activation_limit of ")) << cal.output;
+  const nlohmann::json file = nlohmann::json::parse(read_file(rules));
+  EXPECT_FALSE(file["health"].contains("activation_limit")) << "the model-wide limit stays: " << file.dump();
+  ASSERT_TRUE(file["health"].contains("layers")) << file.dump();
+  for (const auto& [tensor, fields] : file["health"]["layers"].items()) {
+    EXPECT_GT(fields.at("activation_limit").get<double>(), 0.5) << tensor;
+  }
+  for (const nlohmann::json& m : file["calibration"]["moved"]) {
+    EXPECT_TRUE(file["health"]["layers"].contains(m.at("tensor").get<std::string>())) << m.dump();
+  }
+
+  const auto after = run_spikehunt("run --config " + config + " --rules " + rules +
+                                   " --set health.layers.fc9.weight.param_jump_limit=1 --out " + dir.file("after"));
+  EXPECT_EQ(after.exit_code, 0) << after.output;
+  EXPECT_TRUE(has(after.output, "verdict: healthy")) << after.output;
+  EXPECT_TRUE(has(after.output, "warning: health.layers: \"fc9.weight\" is neither a parameter nor a tap"))
+      << after.output;
 }
 
 TEST(Calibrate, ABadRulesFileNamesTheFileTheFieldAndTheValue) {

@@ -323,6 +323,45 @@ TEST(ConfigSchedule, FieldsAreCheckedAndRoundTrip) {
   EXPECT_NE(parse_error({{"schedule", {{"kind", "cosin"}}}}).find("did you mean \"cosine\"?"), std::string::npos);
 }
 
+// health.layers: per-tensor thresholds, keyed by tensor names that hold
+// dots; read strictly, written only when set, and reachable with --set.
+TEST(ConfigHealthLayers, PerTensorRulesRoundTripAndAreSetByTensorAndRule) {
+  EXPECT_FALSE(config_to_json(TrainingConfig{})["health"].contains("layers")) << "a config without them keeps its JSON";
+  const json j = {{"health", {{"layers", {{"blocks.0.attn_logits", {{"attention_logit_limit", 5000}}},
+                                          {"fc1.weight", {{"param_jump_limit", 2}, {"grad_spike_limit", 0}}}}}}}};
+  const TrainingConfig c = config_from_json(j, "cfg.json");
+  ASSERT_EQ(c.health.layers.size(), 2u);
+  EXPECT_EQ(c.health.layers.at("blocks.0.attn_logits").attention_logit_limit, 5000.0);
+  EXPECT_FALSE(c.health.layers.at("blocks.0.attn_logits").activation_limit) << "unset stays unset";
+  EXPECT_EQ(c.health.layers.at("fc1.weight").param_jump_limit, 2.0);
+  EXPECT_EQ(c.health.layers.at("fc1.weight").grad_spike_limit, 0.0);
+  EXPECT_EQ(config_to_json(config_from_json(config_to_json(c), "x")), config_to_json(c));
+  EXPECT_EQ(config_to_json(c)["health"]["layers"], j["health"]["layers"]);
+
+  // --set: the last part names the rule, the rest the tensor; it adds to a config's own.
+  const TrainingConfig s = parse_config(j, "cfg.json", {"health.layers.fc1.weight.update_ratio_limit=3",
+                                                         "health.layers.conv2_act.activation_limit=1e5"});
+  EXPECT_EQ(s.health.layers.at("fc1.weight").update_ratio_limit, 3.0);
+  EXPECT_EQ(s.health.layers.at("fc1.weight").param_jump_limit, 2.0);
+  EXPECT_EQ(s.health.layers.at("conv2_act").activation_limit, 1e5);
+  // A config diff (what a sweep's variants and a repro carry) applies back to the same config.
+  const TrainingConfig back = parse_config(config_to_json(TrainingConfig{}), "x", config_diff(TrainingConfig{}, s));
+  EXPECT_EQ(config_to_json(back), config_to_json(s));
+
+  EXPECT_NE(override_error({"health.layers.fc1=2"}).find("is not health.layers.TENSOR.RULE"), std::string::npos);
+  const std::string unknown = parse_error({{"health", {{"layers", {{"fc1.weight", {{"param_jump_limt", 2}}}}}}}});
+  EXPECT_NE(unknown.find("health.layers.fc1.weight.param_jump_limt"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("did you mean \"param_jump_limit\"?"), std::string::npos) << unknown;
+  EXPECT_NE(parse_error({{"health", {{"layers", {{"fc1.weight", 2}}}}}}).find("must be an object of per-tensor rules"),
+            std::string::npos);
+  EXPECT_NE(parse_error({{"health", {{"layers", {{"", {{"param_jump_limit", 2}}}}}}}}).find("has no tensor name"),
+            std::string::npos);
+  EXPECT_NE(override_error({"health.layers.fc1.weight.param_jump_limit=-2"})
+                .find("health.layers.fc1.weight.param_jump_limit = -2 is not in [0, inf)"),
+            std::string::npos)
+      << override_error({"health.layers.fc1.weight.param_jump_limit=-2"});
+}
+
 TEST(LrSchedule, EachKindFollowsItsFormula) {
   ScheduleConfig s;
   EXPECT_TRUE(lr_is_constant(s));

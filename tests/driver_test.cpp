@@ -359,7 +359,9 @@ TEST(Driver, PassesEndEqualOrSimplerThanTheTreeInHalfTheBursts) {
     EXPECT_EQ(failure_class(passes.summary.verdict), failure_class(tree.summary.verdict));
     const int64_t pf = s.fields_differing(passes.minimal), tf = s.fields_differing(tree.minimal);
     EXPECT_LE(pf, tf) << "start " << k;
-    if (pf == tf) EXPECT_LE(s.distance(passes.minimal), s.distance(tree.minimal)) << "start " << k;
+    if (pf == tf) {
+      EXPECT_LE(s.distance(passes.minimal), s.distance(tree.minimal)) << "start " << k;
+    }
     passes_bursts += passes.evaluations;
     tree_bursts += tree.evaluations;
   }
@@ -396,7 +398,9 @@ TEST(SweepFinish, TheTreeShrinkerIsThePathBeforeToCompareWith) {
     const SpacePoint p = s.point_of(config_from_json(json::parse(passes[i].minimal_config_json), "passes"));
     const SpacePoint t = s.point_of(config_from_json(json::parse(tree[i].minimal_config_json), "tree"));
     EXPECT_LE(s.fields_differing(p), s.fields_differing(t)) << passes[i].signature;
-    if (s.fields_differing(p) == s.fields_differing(t)) EXPECT_LE(s.distance(p), s.distance(t)) << passes[i].signature;
+    if (s.fields_differing(p) == s.fields_differing(t)) {
+      EXPECT_LE(s.distance(p), s.distance(t)) << passes[i].signature;
+    }
     EXPECT_LT(passes[i].shrink_evaluations, tree[i].shrink_evaluations) << passes[i].signature;
   }
 }

@@ -272,7 +272,9 @@ TEST(GptBurst, AdamWsFirstStepsAtAHighPeakLrAreJudgedAgainstLrNotTheWeight) {
       EXPECT_TRUE(l.adaptive) << l.name;
       if (l.is_weight) jump = std::max(jump, std::fabs(l.param_norm_after - l.param_norm_before) / l.param_norm_before);
     }
-    if (r.lr > 0) EXPECT_GT(r.update_ratio, 0.3) << "step " << r.step;  // the cosine ends at lr 0: no ratio
+    if (r.lr > 0) {  // the cosine ends at lr 0: no ratio
+      EXPECT_GT(r.update_ratio, 0.3) << "step " << r.step;
+    }
     EXPECT_LE(r.update_ratio, 1.0 + 1e-6) << "step " << r.step;
   }
   EXPECT_NEAR(steps[0].update_ratio, 1.0, 1e-3) << "Adam's first step is lr × sign(gradient)";

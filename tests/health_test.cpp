@@ -23,6 +23,7 @@ StepRecord step(int64_t i, double loss = 2.0, double grad_norm = 1.0, double act
   r.grad_norm = grad_norm;
   r.grad_max = grad_norm / 10;
   r.activation_max = act;
+  r.taps.push_back({"fc_act", act});
   r.state_max = 0.5;
   LayerStats w;
   w.name = "fc.weight";
@@ -57,7 +58,8 @@ TEST(Health, EachLimitRuleFiresAboveItsLimitOnly) {
       {"loss_limit", [](StepRecord& r, double v) { r.loss = v; }, rules.loss_limit},
       {"grad_norm_limit", [](StepRecord& r, double v) { r.grad_norm = v; }, rules.grad_norm_limit},
       {"max_grad_limit", [](StepRecord& r, double v) { r.grad_max = v; }, rules.max_grad_limit},
-      {"activation_limit", [](StepRecord& r, double v) { r.activation_max = v; }, rules.activation_limit},
+      {"activation_limit", [](StepRecord& r, double v) { r.activation_max = r.taps[0].max_abs = v; },
+       rules.activation_limit},
       {"optimizer_state_limit", [](StepRecord& r, double v) { r.state_max = v; }, rules.optimizer_state_limit},
       {"param_jump_limit",
        [](StepRecord& r, double v) { r.layers[0].param_norm_after = r.layers[0].param_norm_before * (1 + v); },
@@ -107,7 +109,8 @@ TEST(Health, AnAdaptiveOptimizersWeightIsJudgedByItsStepAgainstLr) {
   ASSERT_EQ(big.hits.size(), 1u);
   EXPECT_EQ(big.hits[0].threshold, rules.update_ratio_limit);
   StepRecord below = step(3);
-  below.update_ratio = rules.update_ratio_limit * 0.99;
+  below.layers[0].adaptive = true;
+  below.layers[0].update_ratio = below.update_ratio = rules.update_ratio_limit * 0.99;
   EXPECT_FALSE(fired(judged(judge, below), "update_ratio_limit"));
 }
 
@@ -117,7 +120,7 @@ TEST(Health, AGradientSpikeAgainstTheSecondMomentIsExtreme) {
   rules.grad_spike_limit = 5000;  // SPAM's threshold
   HealthJudge judge(rules);
   StepRecord calm = step(0);
-  calm.grad_spike_score = 999;  // a gradient of constant size on Adam's second step (β2 0.999)
+  calm.layers[0].grad_spike_score = calm.grad_spike_score = 999;  // a gradient of constant size on Adam's second step (β2 0.999)
   EXPECT_EQ(judged(judge, calm).health, Health::kFinite);
   StepRecord spike = step(1);
   spike.layers[0].grad_spike_score = spike.grad_spike_score = 2.5e5;  // a coordinate 500x its RMS
@@ -130,8 +133,71 @@ TEST(Health, AGradientSpikeAgainstTheSecondMomentIsExtreme) {
   off.grad_spike_limit = 0;
   HealthJudge no(off);
   StepRecord again = step(2);
-  again.grad_spike_score = 2.5e5;
+  again.layers[0].grad_spike_score = again.grad_spike_score = 2.5e5;
   EXPECT_EQ(judged(no, again).health, Health::kFinite) << "0 disables it";
+}
+
+// health.layers: a tensor with its own threshold is judged by it, every
+// other by the model-wide one; the tensor furthest past its threshold fires,
+// and the hit names it.
+TEST(Health, APerTensorThresholdReplacesTheModelWideOneForThatTensorAlone) {
+  HealthRules rules;
+  rules.layers["hot.weight"].param_jump_limit = 2.0;
+  rules.layers["blocks.0.attn_logits"].attention_logit_limit = 5e3;
+  rules.layers["quiet_act"].activation_limit = 0;  // 0: that tensor is not judged by the rule
+  auto two_weights = [](int64_t i, double hot_jump, double fc_jump) {
+    StepRecord r = step(i);
+    r.layers[0].param_norm_after = r.layers[0].param_norm_before * (1 + fc_jump);
+    LayerStats hot = r.layers[0];
+    hot.name = "hot.weight";
+    hot.param_norm_after = hot.param_norm_before * (1 + hot_jump);
+    r.layers.push_back(hot);
+    return r;
+  };
+  HealthJudge judge(rules);
+  EXPECT_EQ(judged(judge, two_weights(0, 1.0, 0.01)).health, Health::kFinite) << "1.0 is inside hot.weight's 2";
+  const StepRecord fc = judged(judge, two_weights(1, 1.0, 0.6));
+  ASSERT_EQ(fc.hits.size(), 1u);
+  EXPECT_EQ(fc.hits[0].tensor, "fc.weight");
+  EXPECT_EQ(fc.hits[0].threshold, 0.5) << "the others keep the model-wide limit";
+  EXPECT_EQ(fc.hits[0].describe(), "param_jump_limit 0.6 > 0.5 at fc.weight");
+  const StepRecord both = judged(judge, two_weights(2, 3.0, 0.6));  // 1.5x its limit against 1.2x
+  ASSERT_EQ(both.hits.size(), 1u);
+  EXPECT_EQ(both.hits[0].tensor, "hot.weight");
+  EXPECT_EQ(both.hits[0].threshold, 2.0);
+  EXPECT_NEAR(both.hits[0].value, 3.0, 1e-12);
+
+  StepRecord taps = step(3);
+  taps.taps = {{"blocks.0.attn_logits", 3e3}, {"blocks.1.attn_logits", 900}, {"quiet_act", 9e9}};
+  taps.activation_max = 9e9;
+  const StepRecord calm = judged(judge, taps);
+  EXPECT_EQ(calm.health, Health::kFinite) << testing::PrintToString(calm.rules);
+  taps.step = 4;
+  taps.taps[1].max_abs = 2e3;
+  taps = judged(judge, taps);
+  ASSERT_EQ(taps.hits.size(), 1u);
+  EXPECT_EQ(taps.hits[0].rule, "attention_logit_limit");
+  EXPECT_EQ(taps.hits[0].tensor, "blocks.1.attn_logits");
+  EXPECT_EQ(taps.hits[0].threshold, 1e3);
+
+  // The tensor travels with the hit through a trace line.
+  const StepRecord back = step_record_from_json(to_json(fc), "trace.jsonl");
+  ASSERT_EQ(back.hits.size(), 1u);
+  EXPECT_EQ(back.hits[0].tensor, "fc.weight");
+}
+
+TEST(Health, PerTensorRulesThatJudgeNoTensorAreNamed) {
+  HealthRules rules;
+  rules.layers["fc.weight"].param_jump_limit = 2;
+  EXPECT_TRUE(unused_layer_rules(rules, step(0)).empty());
+  rules.layers["fc.weigth"].param_jump_limit = 2;
+  rules.layers["fc_act"].attention_logit_limit = 2e3;
+  const std::vector<std::string> lines = unused_layer_rules(rules, step(0));
+  ASSERT_EQ(lines.size(), 2u) << testing::PrintToString(lines);
+  EXPECT_EQ(lines[0], "health.layers: \"fc.weigth\" is neither a parameter nor a tap of this model "
+                      "(did you mean \"fc.weight\"?)");
+  EXPECT_EQ(lines[1], "health.layers.fc_act.attention_logit_limit: that rule does not judge fc_act "
+                      "(it judges taps named *attn_logits)");
 }
 
 // The step's statistics travel through trace.jsonl (onset_eval judges

@@ -62,7 +62,7 @@ std::vector<StepRecord> failing_run() {
 TEST(OnsetEval, ATraceReadsBackAsTheJudgeWroteIt) {
   TempDir dir;
   StepRecord r = calm(7);
-  r.hits = {{"grad_norm_growth", 1.6, 1.4, 67.5}};
+  r.hits = {{"grad_norm_growth", 1.6, 1.4, 67.5, ""}};
   r.rules = {"grad_norm_growth"};
   r.movers = {{"fc.weight", "gradient", 40, 80, 2, 5}};
   r.health = Health::kExtreme;

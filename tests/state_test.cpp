@@ -245,7 +245,9 @@ TEST(State, ARestoredJudgeContinuesGrowthRunsAndAttributesTheOnsetAsTheOriginal)
       EXPECT_EQ(ra.movers[k].since, rb.movers[k].since);
       EXPECT_EQ(ra.movers[k].ratio, rb.movers[k].ratio);
     }
-    if (!ra.movers.empty()) EXPECT_EQ(ra.movers[0].since, 24) << "the climb began before the checkpoint";
+    if (!ra.movers.empty()) {
+      EXPECT_EQ(ra.movers[0].since, 24) << "the climb began before the checkpoint";
+    }
   }
 }
 

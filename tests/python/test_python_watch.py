@@ -74,6 +74,15 @@ def test_fail_fast_raises_at_the_first_non_finite_tensor_naming_it_and_its_stage
     assert read_json(os.path.join(tmp_path, folders[0], "verdict.json"))["steps_run"] > 0
 
 
+def test_a_per_tensor_rule_judges_the_named_parameter_alone(tmp_path):
+    # fc1.weight held to a jump of 1e-9 of its norm: extreme from the first step, and the hit names it;
+    # fc2.weight keeps the model-wide 0.5.
+    w, records = tiny_loop(tmp_path, rules={"layers": {"fc1.weight": {"param_jump_limit": 1e-9}}})
+    assert records[0]["health"] == "extreme" and records[0]["rules"] == ["param_jump_limit"], records[0]
+    hits = read_json(os.path.join(w.path, "verdict.json"))["onset_hits"]
+    assert [(h["rule"], h["tensor"], h["threshold"]) for h in hits] == [("param_jump_limit", "fc1.weight", 1e-9)]
+
+
 def test_a_bad_tap_name_is_a_contract_error_naming_the_submodules():
     net = tiny.Blobs(4)
     with pytest.raises(spikehunt.ContractError, match="'fc3'.*fc1"):
