@@ -36,4 +36,15 @@ std::string closest(const std::string& word, const std::vector<std::string>& can
   return best;
 }
 
+std::pair<std::string, std::string> where_they_differ(const std::string& a, const std::string& b, size_t width) {
+  size_t at = 0;
+  while (at < a.size() && at < b.size() && a[at] == b[at]) ++at;
+  const size_t from = at > width / 3 ? at - width / 3 : 0;
+  auto excerpt = [&](const std::string& s) {
+    if (s.size() <= width && from == 0) return s;
+    return (from > 0 ? "..." : "") + s.substr(std::min(from, s.size()), width) + (from + width < s.size() ? "..." : "");
+  };
+  return {excerpt(a), excerpt(b)};
+}
+
 }  // namespace spikehunt

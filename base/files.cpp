@@ -17,6 +17,17 @@
 
 namespace spikehunt {
 
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "not a file";
+}
+
+}  // namespace
+
 std::string read_file(const std::string& path, uint64_t max_bytes) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
@@ -25,6 +36,10 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   }
   if (S_ISDIR(st.st_mode)) {
     throw InputError(path, "", "", "is a directory, not a file");
+  }
+  if (!S_ISREG(st.st_mode)) {  // a FIFO would block the open for ever
+    throw InputError(path, "", "", std::string("is not a regular file (") + file_kind(st.st_mode) + ")",
+                     "give the path of a file");
   }
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
     throw InputError(path, "", "",
@@ -43,8 +58,63 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   return data;
 }
 
-nlohmann::json read_json_file(const std::string& path, const std::string& hint, uint64_t max_bytes) {
-  const std::string text = read_file(path, max_bytes);
+namespace {
+
+// Follows the parse to name where it stopped: the dotted path of the value
+// being read ("optimizer.lr", "dimensions.optimizer.lr.set[2]").
+class PathTracker : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::string path() const {
+    std::string p;
+    for (const Frame& f : frames_) {
+      if (f.array) p += "[" + std::to_string(f.count) + "]";
+      else if (!f.key.empty() || !p.empty()) p += (p.empty() ? "" : ".") + f.key;
+    }
+    return p;
+  }
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override {
+    frames_.push_back({false, 0, ""});
+    return true;
+  }
+  bool key(string_t& k) override {
+    frames_.back().key = k;
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override {
+    frames_.push_back({true, 0, ""});
+    return true;
+  }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  struct Frame {
+    bool array;
+    size_t count;  // elements done, for an array
+    std::string key;
+  };
+  bool value() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().count;
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return value();
+  }
+  std::vector<Frame> frames_;
+};
+
+}  // namespace
+
+nlohmann::json parse_json_text(const std::string& text, const std::string& path, const std::string& hint) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
@@ -52,7 +122,19 @@ nlohmann::json read_json_file(const std::string& path, const std::string& hint, 
     const size_t close = what.find("] ");
     if (close != std::string::npos) what = what.substr(close + 2);
     throw InputError(path, "", "", "is not valid JSON: " + what, hint);
+  } catch (const nlohmann::json::out_of_range& e) {  // 406: "number overflow parsing '1e999'"
+    PathTracker tracker;
+    nlohmann::json::sax_parse(text, &tracker);
+    const std::string what = e.what();
+    const size_t open = what.find('\''), end = what.rfind('\'');
+    const std::string token = open != std::string::npos && end > open ? what.substr(open + 1, end - open - 1) : "";
+    throw InputError(path, tracker.path(), token, "is a number beyond a double (whose magnitude is at most 1.8e308)",
+                     "write a number a double holds, e.g. 1e300");
   }
+}
+
+nlohmann::json read_json_file(const std::string& path, const std::string& hint, uint64_t max_bytes) {
+  return parse_json_text(read_file(path, max_bytes), path, hint);
 }
 
 void write_file_atomic(const std::string& path, std::string_view data) {

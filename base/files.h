@@ -11,14 +11,17 @@
 
 namespace spikehunt {
 
-// Reads a whole file. Throws InputError(path, ...) when it cannot be opened or
-// is larger than max_bytes.
+// Reads a whole file. Throws InputError(path, ...) when it cannot be opened,
+// is not a regular file (a directory, a FIFO, a device) or is larger than max_bytes.
 std::string read_file(const std::string& path, uint64_t max_bytes = uint64_t{1} << 32);
 
 // Reads and parses a JSON file. Bad JSON is an InputError naming the file,
 // with the parser's position ("parse error at line 3, column 5: ...") and `hint`.
 nlohmann::json read_json_file(const std::string& path, const std::string& hint,
                               uint64_t max_bytes = uint64_t{16} << 20);
+// The same for JSON text read from `path` already. A number beyond a double
+// ("1e999") is an InputError naming the file, the field's path and the number.
+nlohmann::json parse_json_text(const std::string& text, const std::string& path, const std::string& hint);
 
 // Writes `data` to `path` through "path.tmp-PID" and rename(2). Throws
 // std::runtime_error (naming the path and errno text) on failure, leaving no

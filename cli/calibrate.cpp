@@ -35,6 +35,7 @@ std::string lr_list(const std::vector<double>& lrs) {
 }
 
 struct CalibrateArgs {
+  CLI::App* app = nullptr;
   std::string config, rules, lrs, out = "rules.json";
   std::vector<std::string> sets;
   int64_t seeds = 3;
@@ -51,7 +52,7 @@ int calibrate_verb(const CalibrateArgs& a) {
   const std::vector<std::string> sets = with_rules(a.rules, a.sets);
   const TrainingConfig base = a.config.empty() ? default_config(sets) : load_config(a.config, sets);
   std::vector<double> lrs = {base.optimizer.lr};
-  if (!a.lrs.empty()) {
+  if (a.app->count("--lrs") > 0) {  // given empty: an error, not no lower rates
     for (double lr : parse_lrs(a.lrs, "calibrate")) {
       if (lr > base.optimizer.lr) {
         throw flag_error("calibrate", "--lrs", a.lrs, "holds " + fmt(lr) + ", above the config's optimizer.lr " +
@@ -138,6 +139,7 @@ void add_calibrate_verb(Cli& cli) {
   CLI::App* v = cli.verb("calibrate",
                          "Fit the health rules to a model: raise the rules its healthy runs trip, write a rules file",
                          [a] { return calibrate_verb(*a); });
+  a->app = v;
   v->add_option("--config", a->config, "Config JSON of the healthy baseline (default: the built-in default)");
   v->add_option("--set", a->sets, "Override one field, e.g. --set optimizer.lr=0.01 (repeatable)");
   add_rules_flag(v, a->rules);

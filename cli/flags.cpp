@@ -141,7 +141,11 @@ std::optional<std::pair<int64_t, int64_t>> shard_from_slurm(const std::function<
     return n;
   };
   const int64_t task = number("SLURM_ARRAY_TASK_ID", nullptr), min = number("SLURM_ARRAY_TASK_MIN", "0");
-  const int64_t step = std::max<int64_t>(1, number("SLURM_ARRAY_TASK_STEP", "1"));
+  const int64_t step = number("SLURM_ARRAY_TASK_STEP", "1");
+  if (step < 1) {  // Slurm never sets it so: every task would be shard 0
+    throw InputError("environment", "SLURM_ARRAY_TASK_STEP", std::to_string(step), "is not a step of an array (at least 1)",
+                     "give the shard explicitly: --shard I/N");
+  }
   const int64_t count = number("SLURM_ARRAY_TASK_COUNT", nullptr);
   if (task < min || (task - min) % step != 0 || (task - min) / step >= count || count < 1) {
     throw InputError("environment", "SLURM_ARRAY_TASK_ID", std::to_string(task),
@@ -159,13 +163,7 @@ void add_rules_flag(CLI::App* verb, std::string& file) {
 
 std::vector<std::string> with_rules(const std::string& file, const std::vector<std::string>& sets) {
   if (file.empty()) return sets;
-  const std::string text = read_file(file);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(file, "", "", std::string("is not JSON: ") + e.what(), "spikehunt calibrate --out FILE writes one");
-  }
+  const nlohmann::json j = read_json_file(file, "spikehunt calibrate --out FILE writes one");
   if (!j.is_object() || !j.contains("health") || !j["health"].is_object()) {
     throw InputError(file, "health", j.is_object() && j.contains("health") ? j["health"].dump() : "",
                      "must be an object of health rule fields", "e.g. {\"health\": {\"param_jump_limit\": 1.5}}");

@@ -35,6 +35,9 @@ std::vector<std::string> comma_items(const std::string& text) {
 }  // namespace
 
 std::vector<double> parse_lrs(const std::string& text, const char* verb) {
+  if (text.empty()) {
+    throw flag_error(verb, "--lrs", "\"\"", "is empty", "give learning rates, e.g. --lrs 3e-4,1e-3,3e-3");
+  }
   std::vector<double> lrs;
   for (const std::string& item : comma_items(text)) {
     char* end = nullptr;
@@ -42,6 +45,9 @@ std::vector<double> parse_lrs(const std::string& text, const char* verb) {
     if (item.empty() || end == nullptr || *end != '\0' || !(x > 0) || !(x <= 10)) {
       throw flag_error(verb, "--lrs", text, "holds \"" + item + "\", not a learning rate in (0, 10]",
                        "e.g. --lrs 3e-4,1e-3,3e-3");
+    }
+    if (std::find(lrs.begin(), lrs.end(), x) != lrs.end()) {  // it would count twice in the sensitivity
+      throw flag_error(verb, "--lrs", text, "holds " + item + " twice", "give each learning rate once");
     }
     lrs.push_back(x);
   }
@@ -72,6 +78,7 @@ LrVary parse_vary(const std::string& text) {
 
 void add_lr_sensitivity_verb(Cli& cli) {
   struct LrArgs : WorkerArgs {
+    CLI::App* app = nullptr;
     std::string config, lrs, rules, timeout = "10m", out = "results/lr-sensitivity";
     std::vector<std::string> sets, vary;
     int64_t heldout = 256;
@@ -86,8 +93,20 @@ void add_lr_sensitivity_verb(Cli& cli) {
         LrSensitivityOptions o;
         o.source = l->config;
         o.config = load_config(l->config, with_rules(l->rules, l->sets));
-        for (const std::string& v : l->vary) o.vary.push_back(parse_vary(v));
-        if (!l->lrs.empty()) o.lrs = parse_lrs(l->lrs);
+        for (const std::string& v : l->vary) {
+          const LrVary parsed = parse_vary(v);
+          if (parsed.field == "optimizer.lr") {  // the grid sets it: every variant would be the same runs
+            throw InputError("--vary", parsed.field, v, "is what the grid sweeps", "give the learning rates with --lrs");
+          }
+          for (const LrVary& earlier : o.vary) {
+            if (earlier.field == parsed.field) {
+              throw InputError("--vary", parsed.field, v, "is varied twice",
+                               "give all its values in one --vary " + parsed.field + "=V1,V2,...");
+            }
+          }
+          o.vary.push_back(parsed);
+        }
+        if (l->app->count("--lrs") > 0) o.lrs = parse_lrs(l->lrs);  // given empty: an error, not the default
         o.heldout = l->heldout;
         o.jobs = l->jobs;
         o.timeout_seconds = parse_duration(l->timeout, "lr-sensitivity", "--timeout");
@@ -100,6 +119,7 @@ void add_lr_sensitivity_verb(Cli& cli) {
   add_rules_flag(lr, l->rules);
   lr->add_option("--vary", l->vary,
                  "A field and its values, e.g. --vary model.gpt.qk_layernorm=false,true (repeatable: variants multiply)");
+  l->app = lr;
   lr->add_option("--lrs", l->lrs, "Peak learning rates, comma-separated (default: Wortsman et al.'s 3e-4,1e-3,...,3e-1)");
   lr->add_option("--heldout", l->heldout, "Held-out samples (sequences) for the losses at init and at the end")
       ->capture_default_str();

@@ -22,8 +22,9 @@ struct ReplayArgs {
 };
 
 int replay_verb(const ReplayArgs& a) {
-  if (a.threads_given && a.threads < 1) {
-    throw flag_error("replay", "--threads", std::to_string(a.threads), "must be at least 1",
+  if (a.threads_given && (a.threads < 1 || a.threads > kMaxThreads)) {  // the config field's range
+    throw flag_error("replay", "--threads", std::to_string(a.threads),
+                     "is not in [1, " + std::to_string(kMaxThreads) + "]",
                      "leave it out to replay on the repro's thread count");
   }
   const Repro repro = read_repro(a.file);

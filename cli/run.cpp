@@ -114,6 +114,13 @@ int run_verb(const RunArgs& a) {
     setup_error = e;
   }
   print_header(config, source, scenario.get(), env);
+  if (scenario && config.schedule.warmup_steps > planned_optimizer_steps(*scenario)) {  // allowed, but said
+    std::fprintf(stderr,
+                 "warning: schedule.warmup_steps = %lld is longer than the run (%lld optimizer steps): the learning "
+                 "rate never reaches optimizer.lr\n",
+                 static_cast<long long>(config.schedule.warmup_steps),
+                 static_cast<long long>(planned_optimizer_steps(*scenario)));
+  }
 
   RunDirectory dir(a.out, config);
   save_config(config, dir.file("config.json"));
@@ -154,6 +161,10 @@ int run_verb(const RunArgs& a) {
   const Verdict& v = result.verdict;
 
   std::cout << story_table(result.trace, v) << "\n" << verdict_text(v, result.trace);
+  if (!v.warnings.empty()) {  // each once, however many steps raised it (LibTorch prints every one)
+    std::cout << "LibTorch warnings the training code raised (each shown once, with its count; in verdict.json):\n"
+              << describe_warnings(v.warnings);
+  }
 
   nlohmann::json verdict = to_json(v);
   verdict["config_hash"] = config_hash(config).hex();

@@ -1,5 +1,9 @@
 #include "generators/evaluator.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +21,21 @@ ChildEvaluator::ChildEvaluator(std::string binary, int jobs, double timeout_seco
     : binary_(std::move(binary)), work_dir_(std::move(work_dir)), jobs_(std::max(jobs, 1)), timeout_(timeout_seconds),
       pool_(pool) {
   fs::create_directories(work_dir_);
+  // A process killed mid-burst leaves its burst-PID-N.* files: a resume
+  // removes those of processes that are gone (never a living one's).
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(work_dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("burst-", 0) != 0) continue;
+    const size_t dash = name.find('-', 6);
+    long pid = 0;
+    try {
+      pid = std::stol(name.substr(6, dash - 6));
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (pid > 0 && pid != long(::getpid()) && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) fs::remove(e.path(), ec);
+  }
 }
 
 void ChildEvaluator::evaluate(const std::vector<TrainingConfig>& configs,

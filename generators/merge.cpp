@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/child.h"
+#include "base/did_you_mean.h"
 #include "base/error.h"
 #include "generators/finish.h"
 #include "generators/shrinker.h"
@@ -100,8 +101,8 @@ void check_agree(const std::vector<Shard>& shards, const std::string& field) {
   }
   for (const Shard& s : shards) {
     if (s.facts.at(field) == common) continue;
-    throw InputError(s.store->path(), field, shortened(s.facts.at(field)),
-                     "differs from the other shards' " + field + " (" + shortened(common) + ")",
+    const auto [odd, usual] = where_they_differ(s.facts.at(field), common);
+    throw InputError(s.store->path(), field, odd, "differs from the other shards' " + field + " (" + usual + ")",
                      "merge only the shards of one sweep: one --space, --seed, --runs and --shard count, run by one build");
   }
 }
@@ -170,10 +171,29 @@ int run_merge(const MergeOptions& m, std::ostream& out) {
                      "with --allow-missing");
   }
 
-  // ---- join the runs: one transaction, samples already merged are kept ----
+  // ---- every row the join takes is read first: a bad one leaves OUT untouched ----
   const std::string space_json = shards.front().facts["space"];
+  auto parsed = [](const std::string& text, const std::string& file, const std::string& field) {
+    const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+      throw InputError(file, field, shortened(text), "is not JSON", "the database is damaged: run the shard again");
+    }
+    return j;
+  };
   SweepOptions o = m.sweep;
-  o.space = SearchSpace::from_json(json::parse(space_json), shards.front().store->path());
+  o.space = SearchSpace::from_json(parsed(space_json, shards.front().store->path(), "space"),
+                                   shards.front().store->path());
+  for (const Shard& s : shards) {
+    for (const RunRow& r : s.runs) {
+      const std::string field = "runs (sample " + std::to_string(r.sample) + ").config_json";
+      config_from_json(parsed(r.config_json, s.store->path(), field), s.store->path() + ": " + field);
+    }
+  }
+  if (fs::exists(m.out_dir) && !fs::is_directory(m.out_dir)) {
+    throw InputError(m.out_dir, "OUT", "", "is a file, not a folder", "give the folder to merge into");
+  }
+
+  // ---- join the runs: one transaction, samples already merged are kept ----
   o.space_source = "the shards' space";
   o.seed = shards.front().store->seed();
   o.runs = runs;

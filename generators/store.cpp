@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/did_you_mean.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/hash.h"
@@ -162,7 +163,8 @@ SweepStore::SweepStore(const std::string& path, const std::string& space_json, u
     sqlite3_close(db_);
     db_ = nullptr;
     if (stored_space != space_json) {
-      throw InputError(path, "", "", "holds a sweep over another search space than this one",
+      const auto [stored, given] = where_they_differ(stored_space, space_json);
+      throw InputError(path, "", "", "holds a sweep over another search space than this one: " + stored + " where this one has " + given,
                        "resume with the space it was made with (its space is in the report's \"search space\"), "
                        "or give --out a fresh folder");
     }

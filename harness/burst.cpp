@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "harness/health.h"
 #include "harness/monitor.h"
+#include "harness/warnings.h"
 #include "scenarios/catalog.h"
 #include "scenarios/lr_schedule.h"
 #include "scenarios/optimizers.h"
@@ -40,6 +41,7 @@ void set_crashed(Verdict& v, const TrainingError& e) {
 BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstOptions& options) {
   BurstResult result{Verdict{}, Trace(options.trace_capacity), {}, std::nullopt, std::nullopt};
   Verdict& v = result.verdict;
+  WarningCounter warnings;  // LibTorch's warnings counted, not printed each step, and kept in the verdict
   const auto start = Clock::now();
   std::optional<Trainer> trainer;
   std::optional<Monitor> monitor;
@@ -52,6 +54,7 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
   } catch (const TrainingError& e) {
     set_crashed(v, e);
     v.wall_seconds = ms_since(start) / 1000.0;
+    v.warnings = warnings.counts();
     return result;
   }
   if (monitor) monitor->set_fail_fast(options.fail_fast);
@@ -115,6 +118,7 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
     set_crashed(v, e);
   }
   v.wall_seconds = ms_since(start) / 1000.0;
+  v.warnings = warnings.counts();
   return result;
 }
 

@@ -14,6 +14,7 @@
 #include "harness/burst.h"
 #include "harness/report.h"
 #include "harness/training_error.h"
+#include "harness/warnings.h"
 #include "scenarios/models.h"
 #include "scenarios/optimizers.h"
 
@@ -1448,14 +1449,11 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Counts every LibTorch warning (TORCH_WARN) by its text while the doctor runs the code.
-class WarningCounter : public c10::WarningHandler {
- public:
-  void process(const c10::SourceLocation&, const std::string& msg, const bool) override {
-    ++counts[msg.substr(0, 400)];
-  }
-  std::map<std::string, int64_t> counts;
-};
+std::map<std::string, int64_t> warning_map(const std::vector<WarningCount>& counts) {
+  std::map<std::string, int64_t> m;
+  for (const WarningCount& w : counts) m[w.message] += w.count;
+  return m;
+}
 
 }  // namespace
 
@@ -1471,8 +1469,7 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
       if (report.find(name) == nullptr) report.signs.push_back(skipped(name, why));
     }
   };
-  WarningCounter warnings;
-  c10::Warning::WarningHandlerGuard capture(&warnings);
+  WarningCounter warnings;  // every LibTorch warning while the doctor runs the code, its bursts' too
   auto timed = [](const auto& probe) {
     const Clock::time_point start = Clock::now();
     VitalSign v = probe();
@@ -1519,7 +1516,7 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
       std::unique_ptr<Scenario> fresh = guarded("setup", make);  // its probes change batch norm's statistics
       return eval_consistency(*fresh, p, w);
     }));
-    report.signs.push_back(timed([&] { return loss_shapes(first_out, p.batches.front(), probe, warnings.counts); }));
+    report.signs.push_back(timed([&] { return loss_shapes(first_out, p.batches.front(), probe, warning_map(warnings.counts())); }));
     report.signs.push_back(timed([&] { return label_balance(w, p.classes); }));
     report.signs.push_back(timed([&] { return input_dependence(w); }));
     report.signs.push_back(timed([&] { return optimizer_coverage(w, optimizers); }));

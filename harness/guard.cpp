@@ -185,6 +185,16 @@ GuardRun guard_run_from_json(const json& e, const std::string& path, const std::
       throw InputError(path, field + ".losses[" + std::to_string(k) + "]", losses[k].dump(), "is not a number");
     }
   }
+  // A list cut short would compare only the steps it still has ("losses within tolerance").
+  const int64_t steps = r.summary.verdict.steps_run;
+  for (const auto& [name, size] : {std::pair<std::string, size_t>{"losses", r.losses.size()},
+                                   std::pair<std::string, size_t>{"summary.step_hashes", r.summary.step_hashes.size()}}) {
+    if (int64_t(size) != steps) {
+      throw InputError(path, field + "." + name, std::to_string(size) + " steps",
+                       "does not match summary.verdict.steps_run (" + std::to_string(steps) + ")",
+                       "the baseline was cut short or edited: record it again with spikehunt guard record");
+    }
+  }
   return r;
 }
 

@@ -349,6 +349,19 @@ Verdict verdict_from_json(const json& j, const std::string& file) {
     v.crash_cause = j.value("cause", std::string());
     v.onset_hits = hits_from(j.value("onset_hits", json::array()));
     v.movers = movers_from(j.value("movers", json::array()));
+    for (const json& w : j.value("warnings", json::array())) {
+      v.warnings.push_back({w.at("message").get<std::string>(), integer(w, "count")});
+    }
+    const std::pair<const char*, std::optional<int64_t>> counts[] = {{"onset_step", v.onset_step},
+                                                                     {"failure_step", v.failure_step},
+                                                                     {"steps_run", v.steps_run},
+                                                                     {"planned_steps", v.planned_steps}};
+    for (const auto& [name, value] : counts) {
+      if (value && *value < 0) {
+        throw InputError(file, std::string("verdict.") + name, std::to_string(*value), "is negative",
+                         "steps count from 0: the file was edited or is not spikehunt's");
+      }
+    }
     return v;
   } catch (const json::exception& e) {
     throw InputError(file, "verdict", "", std::string("is malformed: ") + e.what());
@@ -408,6 +421,12 @@ BurstSummary summary_from_json(const json& j, const std::string& file) {
   return s;
 }
 
+std::string describe_warnings(const std::vector<WarningCount>& warnings) {
+  std::string s;
+  for (const WarningCount& w : warnings) s += "  " + thousands(w.count) + "x " + w.message + "\n";
+  return s;
+}
+
 json to_json(const Verdict& v) {
   auto opt = [](const std::optional<int64_t>& x) { return x ? json(*x) : json(nullptr); };
   json j = {{"outcome", to_string(v.outcome)},
@@ -428,6 +447,11 @@ json to_json(const Verdict& v) {
   }
   if (!v.crash_stage.empty()) j["stage"] = v.crash_stage;
   if (!v.crash_cause.empty()) j["cause"] = v.crash_cause;
+  if (!v.warnings.empty()) {
+    json w = json::array();
+    for (const WarningCount& c : v.warnings) w.push_back({{"message", c.message}, {"count", c.count}});
+    j["warnings"] = w;
+  }
   return j;
 }
 

@@ -145,6 +145,16 @@ struct StepRecord {
   double step_ms = 0;              // wall time of the step, monitor included
 };
 
+// A LibTorch (or PyTorch) warning the training code raised, with how many
+// times: shown once per run instead of once per step.
+struct WarningCount {
+  std::string message;
+  int64_t count = 0;
+};
+
+// "  2,204x Using a target size ..." lines, one per warning.
+std::string describe_warnings(const std::vector<WarningCount>& warnings);
+
 struct Verdict {
   Outcome outcome = Outcome::kHealthy;
   std::optional<int64_t> onset_step;    // first extreme (or non-finite) step
@@ -160,6 +170,7 @@ struct Verdict {
   std::string message;                  // crash or timeout details
   std::string crash_stage;              // crashed: setup | data | forward | loss | backward | optimizer_step
   std::string crash_cause;              // crashed: what the message means, when spikehunt can tell
+  std::vector<WarningCount> warnings;   // LibTorch warnings raised during the burst, in first-seen order
   // failure_step - onset_step: the steps of warning before the NaN.
   std::optional<int64_t> lead_time() const;
 };

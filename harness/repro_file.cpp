@@ -54,6 +54,16 @@ Repro parse_repro(std::string_view text, const std::string& path) {
                                            path);
   r.verdict = s.verdict;
   r.step_hashes = s.step_hashes;
+  // The replay checks every step's hashes against these: a list missing or
+  // cut short is a bad file, not a replay that went another way.
+  if (!j.contains("step_hashes")) {
+    throw InputError(path, "step_hashes", "", "is missing", "a repro lists the input and label hashes of every step it ran");
+  }
+  if (int64_t(r.step_hashes.size()) != r.verdict.steps_run) {
+    throw InputError(path, "step_hashes", std::to_string(r.step_hashes.size()) + " steps",
+                     "does not match verdict.steps_run (" + std::to_string(r.verdict.steps_run) + ")",
+                     "the file was cut short or edited: record it again");
+  }
   r.environment = environment_from_json(j.value("environment", json::object()), "environment", path);
   if (const json cls = j.value("scenario_class", json("")); cls.is_string()) r.scenario_class = cls.get<std::string>();
   else throw InputError(path, "scenario_class", cls.dump(), "must be a string");

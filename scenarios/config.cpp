@@ -323,7 +323,7 @@ void each_field(Config& c, V& v) {
   v.integer("accumulation_steps", c.accumulation_steps, 1, 4096, "1 steps the optimizer after every batch");
   v.choice("device", c.device, kDeviceKinds);
   v.choice("precision", c.precision, kPrecisions);
-  v.integer("threads", c.threads, 1, 1024);
+  v.integer("threads", c.threads, 1, kMaxThreads);
 }
 
 // ---- JSON out ----
@@ -409,12 +409,19 @@ class Reader {
       else bad(path, *v, "must be a string");
     }
   }
-  void integer(const char* path, int64_t& out, int64_t, int64_t, const char* = "") {
+  void integer(const char* path, int64_t& out, int64_t lo, int64_t hi, const char* = "") {
     if (const json* v = get(path)) {
       if (v->is_number_integer() &&
-          !(v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())))
+          !(v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))) {
         out = v->get<int64_t>();
-      else bad(path, *v, "must be an integer");
+      } else if (v->is_number() && std::isfinite(v->get<double>()) && v->get<double>() == std::floor(v->get<double>())) {
+        // a whole number written as a float (1e12): say where it stands, not that it is no integer
+        const double d = v->get<double>();
+        if (d >= double(lo) && d <= double(hi)) out = static_cast<int64_t>(d);
+        else bad(path, *v, "is not in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      } else {
+        bad(path, *v, "must be an integer");
+      }
     }
   }
   void unsigned_integer(const char* path, uint64_t& out) {
@@ -752,6 +759,10 @@ std::vector<Problem> validate(const TrainingConfig& c) {
   }
   each_field(c, k);
 
+  if (c.health.growth_ratio > 0 && c.health.growth_ratio <= 1) {  // every step would "grow"
+    k.fail("health.growth_ratio", shortest(c.health.growth_ratio), "is in (0, 1]: a flat or falling value would count as growth",
+           "0 disables the growth rules; 1.4 is the default");
+  }
   const OptimizerConfig& o = c.optimizer;
   if (o.nesterov && (o.kind != OptimizerKind::kSgd || !(o.momentum > 0))) {
     k.fail("optimizer.nesterov", "true", "needs optimizer.kind \"sgd\" with momentum > 0",

@@ -146,6 +146,9 @@ struct ParamSpec {
   static ParamSpec list(std::string name, nlohmann::json default_value, std::string doc);
 };
 
+// The most LibTorch threads a config (`threads`) or a flag (`replay --threads`) may ask for.
+constexpr int64_t kMaxThreads = 1024;
+
 struct TrainingConfig {
   std::string name = "default";  // free text, shown in reports
   std::string scenario = "standard";  // a registered scenario (catalog.h); "standard": the built-in one
@@ -166,7 +169,7 @@ struct TrainingConfig {
   // fp32; bf16: forward and loss under autocast (fp32 master weights);
   // fp16: the same with dynamic loss scaling (a CUDA device only).
   Precision precision = Precision::kFp32;
-  int64_t threads = 2;                // LibTorch intra-op threads, [1, 1024]
+  int64_t threads = 2;                // LibTorch intra-op threads, [1, kMaxThreads]
 };
 
 // ---- names ----

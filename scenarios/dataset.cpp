@@ -290,14 +290,28 @@ TextSet split_text(const std::string& bytes) {
 Dataset load_text_dataset(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  const std::string value = "\"" + path + "\"";
   const fs::file_status st = fs::status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory) {  // a symlink loop, a folder on the way not searchable
+    throw InputError(path, "dataset.text_path", value, "cannot be read: " + ec.message(),
+                     "give a text file or a directory of them that this user can read");
+  }
   if (ec || !fs::exists(st)) {
-    throw InputError(path, "dataset.text_path", "\"" + path + "\"", "does not exist",
+    throw InputError(path, "dataset.text_path", value, "does not exist",
                      "give a text file or a directory of them (scripts/setup.sh installs the fortunes files)");
+  }
+  if (!fs::is_directory(st) && !fs::is_regular_file(st)) {  // a FIFO would block the open for ever
+    throw InputError(path, "dataset.text_path", value, "is neither a regular file nor a directory",
+                     "give a text file or a directory of them");
   }
   std::vector<std::string> files;
   if (fs::is_directory(st)) {
-    for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
+    fs::directory_iterator it(path, ec);
+    if (ec) {
+      throw InputError(path, "dataset.text_path", value, "cannot be read: " + ec.message(),
+                       "give a directory this user can list");
+    }
+    for (const fs::directory_entry& e : it) {
       const std::string name = e.path().filename().string();
       if (e.is_symlink() || !e.is_regular_file() || name.empty() || name[0] == '.') continue;
       if (name.size() > 4 && name.compare(name.size() - 4, 4, ".dat") == 0) continue;

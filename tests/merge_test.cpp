@@ -123,6 +123,22 @@ TEST(MergeEndToEnd, OddShardsAreRefusedAndMissingSamplesNamed) {
   EXPECT_EQ(cmp.exit_code, 1) << cmp.output;
   EXPECT_TRUE(has(cmp.output, "seed 0 against 9")) << cmp.output;
   EXPECT_TRUE(has(cmp.output, "samples only in " + dir.file("m") + ": 0, 2")) << cmp.output;
+
+  // OUT a plain file, and a shard row that does not parse: refused before anything is joined.
+  testing::write_bytes(dir.file("plain"), "x");
+  const auto to_file = run_spikehunt("merge " + dir.file("plain") + " " + s0 + " " + s1 + " --no-progress --max-shrinks 0");
+  EXPECT_EQ(to_file.exit_code, 2) << to_file.output;
+  EXPECT_TRUE(has(to_file.output, dir.file("plain") + ": OUT is a file, not a folder")) << to_file.output;
+  testing::write_bytes(dir.file("corrupt.py"),
+                       "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\n"
+                       "c.execute(\"UPDATE runs SET config_json = '{not json' WHERE kind = 'search'\")\nc.commit()\n");
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + dir.file("corrupt.py") + " " + s1 + "/sweep.db").c_str()), 0);
+  const auto bad_row = run_spikehunt("merge " + dir.file("m3") + " " + s0 + " " + s1 + " --no-progress --max-shrinks 0");
+  EXPECT_EQ(bad_row.exit_code, 2) << bad_row.output;
+  EXPECT_TRUE(has(bad_row.output, s1 + "/sweep.db: runs (sample ") &&
+              has(bad_row.output, ").config_json = {not json is not JSON"))
+      << bad_row.output;
+  EXPECT_FALSE(fs::exists(dir.file("m3"))) << "OUT untouched";
 }
 
 TEST(Shard, TheSlurmArrayVariablesGiveTheShard) {

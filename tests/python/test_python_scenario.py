@@ -89,6 +89,19 @@ def test_an_exception_in_the_users_code_is_a_crash_naming_the_stage_and_the_user
     assert "Traceback" not in out and "Traceback" not in err
 
 
+def test_a_warning_the_users_loss_raises_every_step_is_shown_once_with_its_count(tmp_path):
+    rc, out, err = spikehunt("run", "--config", CONFIG, "--set", "params.bug=\"broadcast_loss\"", "--out", str(tmp_path))
+    assert rc == 0, out + err
+    v = read_json(os.path.join(run_folder(tmp_path), "verdict.json"))
+    assert v["outcome"] == "healthy" and v["steps_run"] == 12
+    [w] = v["warnings"]
+    assert w["message"].startswith("Using a target size (torch.Size([32])) that is different to the input size") \
+        and w["count"] == 12, w
+    shown = out + err
+    assert shown.count("Using a target size") == 1, shown
+    assert "12x Using a target size" in out, out
+
+
 def test_a_wrong_return_type_is_bad_input_naming_the_file_the_method_and_what_it_must_return(tmp_path):
     rc, out, err = spikehunt("run", "--config", CONFIG, "--set", "params.bug=\"forward_returns_list\"",
                              "--out", str(tmp_path))

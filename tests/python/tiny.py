@@ -73,6 +73,8 @@ class Tiny(spikehunt.Scenario):
     def loss(self, outputs, targets):
         if self.bug == "raise_in_loss" and self.done >= 3:
             raise ValueError(f"no loss for step {self.done}")
+        if self.bug == "broadcast_loss":  # warns every step ("Using a target size ..."); adds 0
+            return F.cross_entropy(outputs, targets) + 0 * F.mse_loss(outputs[:, :1], targets.float())
         return F.cross_entropy(outputs, targets)
 
     def next_batch(self):
@@ -130,7 +132,7 @@ class NumpyAndAttributes(Tiny):
 
 
 spikehunt.register("tiny", Tiny, params=[
-    spikehunt.string("bug", "none", ["none", "raise_in_loss", "forward_returns_list"], "a planted bug"),
+    spikehunt.string("bug", "none", ["none", "raise_in_loss", "forward_returns_list", "broadcast_loss"], "a planted bug"),
     spikehunt.integer("width", 16, 1, 1024, "hidden units"),
 ])
 if os.environ.get("TINY_BROKEN"):
