@@ -159,14 +159,15 @@ TEST(Calibrate, AnUnhealthyBaselineIsRefusedWithWhatWentWrong) {
   EXPECT_TRUE(has(*baseline_problem(flat, 10), "did not fall")) << *baseline_problem(flat, 10);
 }
 
-// A user's config whose gradient-norm limit does not fit the model: its
-// healthy runs are called extreme until calibrated.
-std::string misfit_config(const TempDir& dir) {
+// A user's config whose health rules (`health`, a JSON object) do not fit
+// the model: by default a gradient-norm limit its healthy runs pass, so
+// they are called extreme until calibrated.
+std::string misfit_config(const TempDir& dir, const std::string& health = R"({"grad_norm_limit": 0.05})") {
   const std::string path = dir.file("misfit.json");
   std::ofstream(path) << R"({"name": "misfit", "model": {"kind": "mlp"}, "dataset": {"kind": "synthetic"},
     "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9}, "max_batches_per_epoch": 8,
     "protocol": {"epochs_per_phase": 1, "relaxation_epochs": 1}, "threads": 1,
-    "health": {"grad_norm_limit": 0.05}})";
+    "health": )" + health + "}";
   return path;
 }
 
@@ -203,11 +204,7 @@ TEST(Calibrate, TheVerbsRulesFileSilencesTheBaselineAndStillFlagsAFailure) {
 // name no tensor has is said, not silently kept.
 TEST(Calibrate, TheRulesFileCarriesPerTensorThresholds) {
   TempDir dir;
-  const std::string config = dir.file("tight.json"), rules = dir.file("rules.json");
-  std::ofstream(config) << R"({"name": "tight", "model": {"kind": "mlp"}, "dataset": {"kind": "synthetic"},
-    "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9}, "max_batches_per_epoch": 8,
-    "protocol": {"epochs_per_phase": 1, "relaxation_epochs": 1}, "threads": 1,
-    "health": {"activation_limit": 0.5}})";
+  const std::string config = misfit_config(dir, R"({"activation_limit": 0.5})"), rules = dir.file("rules.json");
   const auto before = run_spikehunt("run --config " + config + " --out " + dir.file("before"));
   ASSERT_EQ(before.exit_code, 1) << before.output;
   EXPECT_TRUE(has(before.output, "activation_limit")) << before.output;
