@@ -1,5 +1,6 @@
 #include "base/error.h"
 
+#include <cerrno>
 #include <utility>
 
 #include "base/program.h"
@@ -40,6 +41,24 @@ InputError::InputError(std::string file, std::string field, std::string value,
 std::vector<Problem> unfiled(std::vector<Problem> problems) {
   for (Problem& p : problems) p.file.clear();
   return problems;
+}
+
+std::string system_error_hint(int err) {
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+      return "the disk (or your quota) is full: free space (df -h) and run the same command again; what was committed "
+             "before is kept";
+    case EROFS:
+      return "the filesystem is read-only: give an output on a writable disk";
+    case EACCES:
+    case EPERM:
+      return "no permission to write there: give an output you may write, or fix its permissions (ls -ld)";
+    case EIO:
+      return "the disk failed a read or write: check it (dmesg) and run the same command again";
+    default:
+      return "";
+  }
 }
 
 InputError flag_error(const std::string& verb, const std::string& flag, const std::string& value,

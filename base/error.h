@@ -50,6 +50,11 @@ class InputError : public std::exception {
 // input that brought them (a --set override inside a --vary, say).
 std::vector<Problem> unfiled(std::vector<Problem> problems);
 
+// What to do when a system call on an output failed with `err` (errno): a
+// full disk, a read-only one, a missing permission, a failing disk; "" for
+// others. For the "hint:" line of the machine's errors (exit 3).
+std::string system_error_hint(int err);
+
 // The CLI's exit codes.
 constexpr int kExitOk = 0;        // ran, nothing found
 constexpr int kExitFinding = 1;   // ran, and the burst (or check) failed

@@ -139,22 +139,41 @@ nlohmann::json read_json_file(const std::string& path, const std::string& hint, 
 
 void write_file_atomic(const std::string& path, std::string_view data) {
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  // "PATH: cannot write: No space left on device" and, below, what to do.
+  const auto failure = [&](const std::string& what, int err) {
+    const std::string hint = system_error_hint(err);
+    return std::runtime_error(path + ": cannot " + what + ": " + std::strerror(err) + (hint.empty() ? "" : "\nhint: " + hint));
+  };
   FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) {
-    throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
-  }
+  if (f == nullptr) throw failure("write (" + tmp + ")", errno);
   const bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size() &&
                   std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
   const int err = errno;
   if (std::fclose(f) != 0 || !ok) {
+    const int close_err = errno;
     std::remove(tmp.c_str());
-    throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(ok ? errno : err));
+    throw failure("write (" + tmp + ")", ok ? close_err : err);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int rerr = errno;
     std::remove(tmp.c_str());
-    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + std::strerror(rerr));
+    throw failure("rename " + tmp + " to it", rerr);
   }
+}
+
+int64_t remove_stale_temporaries(const std::string& dir) {
+  int64_t removed = 0;
+  std::error_code ec;
+  for (const std::filesystem::directory_entry& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool partial = name.size() > 8 && name.compare(name.size() - 8, 8, ".partial") == 0;
+    const size_t tmp = name.rfind(".tmp-");
+    const bool temporary = tmp != std::string::npos && tmp + 5 < name.size() &&
+                           name.find_first_not_of("0123456789", tmp + 5) == std::string::npos;
+    std::error_code is_file_ec;
+    if ((partial || temporary) && e.is_regular_file(is_file_ec)) removed += std::filesystem::remove(e.path(), ec);
+  }
+  return removed;
 }
 
 void remove_if_empty(const std::string& dir) {

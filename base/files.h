@@ -28,6 +28,12 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& path,
 // temp file behind.
 void write_file_atomic(const std::string& path, std::string_view data);
 
+// Removes the files a killed writer left half-written directly in `dir`:
+// "*.partial" (a trace being recorded) and "*.tmp-PID" (write_file_atomic's
+// temporary). Only for a folder this process holds the writer's lock of
+// (out_lock.h): then no other writer is using them. Returns how many.
+int64_t remove_stale_temporaries(const std::string& dir);
+
 // Removes `dir` when it is an empty folder (a scratch folder that a failed
 // burst would have left its log in); anything else stays.
 void remove_if_empty(const std::string& dir);

@@ -89,7 +89,7 @@ BENCHMARK(BM_LateReplay)->Arg(0)->Arg(1)->ArgName("checkpoint")->Unit(benchmark:
 struct SweepRun {
   int64_t search = 0, shrink = 0;
   int64_t shrunk = 0;    // failures shrunk
-  int64_t distinct = 0;  // after shrinking (those that shrank to another's minimal config are one)
+  int64_t distinct = 0;  // failures with a repro of their own (each shrinks within its signature)
   int64_t reproduced = 0;  // of those, replays that reproduced
   double seconds = 0;
 };

@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <regex>
@@ -173,6 +174,15 @@ int Cli::main(int argc, char** argv) {
   } catch (const InputError& e) {
     std::cerr << e.what() << "\n";
     return kExitBadInput;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // "filesystem error: cannot create directories: No space left on device [DIR]" said as
+    // "error: DIR: cannot create directories: No space left on device" and what to do.
+    std::string what = e.what();
+    if (what.rfind("filesystem error: ", 0) == 0) what = what.substr(18);
+    if (const size_t bracket = what.find(" ["); bracket != std::string::npos) what.resize(bracket);
+    std::cerr << "error: " << (e.path1().empty() ? "" : e.path1().string() + ": ") << what << "\n";
+    if (const std::string hint = system_error_hint(e.code().value()); !hint.empty()) std::cerr << "hint: " << hint << "\n";
+    return kExitInternal;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitInternal;

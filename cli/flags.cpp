@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -93,6 +94,19 @@ void apply_finish_args(const char* verb, const FinishArgs& a, SweepOptions* o) {
   o->shrinker = a.shrinker == "tree" ? ShrinkMethod::kTree : ShrinkMethod::kPasses;
   o->progress = !a.no_progress;
   o->pool = pool_options(verb, a);
+  if (!a.junit.empty()) o->junit_path = checked_output_file(verb, "--junit", a.junit);
+}
+
+std::string checked_output_file(const std::string& verb, const char* flag, const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (std::filesystem::is_directory(path)) {
+    throw flag_error(verb, flag, path, "is a folder", "give the file to write, e.g. " + std::string(flag) + " report.xml");
+  }
+  if (!parent.empty() && !std::filesystem::is_directory(parent)) {
+    throw flag_error(verb, flag, path, "is in a folder that does not exist (" + parent.string() + ")",
+                     "make the folder first, or write the file elsewhere");
+  }
+  return path;
 }
 
 void add_finish_flags(CLI::App* verb, FinishArgs& a, const char* budget_help, const char* shrink_bursts_names,
@@ -107,6 +121,8 @@ void add_finish_flags(CLI::App* verb, FinishArgs& a, const char* budget_help, co
                    "tree one failure after another (the shrinker before passes, to compare with)")
       ->capture_default_str();
   verb->add_flag("--no-progress", a.no_progress, "No progress bar");
+  verb->add_option("--junit", a.junit,
+                   "Also write JUnit XML (Jenkins, GitLab, GitHub test reports): a test case per distinct failure");
   add_worker_flags(verb, a);
 }
 

@@ -46,7 +46,7 @@ PoolOptions pool_options(const char* verb, const WorkerArgs& a);
 // The flags of what a sweep does besides its search (its bursts, shrinks,
 // budget), shared by `sweep` and `merge`.
 struct FinishArgs : WorkerArgs {
-  std::string budget, timeout = "5m", shrinker = "passes";
+  std::string budget, timeout = "5m", shrinker = "passes", junit;
   int64_t shrink_bursts = 60, max_shrinks = 3;
   int jobs = 2;
   bool no_progress = false;
@@ -54,6 +54,10 @@ struct FinishArgs : WorkerArgs {
 void add_finish_flags(CLI::App* verb, FinishArgs& a, const char* budget_help, const char* shrink_bursts_names,
                       const char* shrink_bursts_help);
 void apply_finish_args(const char* verb, const FinishArgs& a, SweepOptions* o);
+// `path` when a file can be written there (not a folder, in a folder that
+// exists): checked before anything trains, not after an hour of it; else an
+// InputError naming the verb's `flag`.
+std::string checked_output_file(const std::string& verb, const char* flag, const std::string& path);
 
 // `lr-sensitivity`'s flags (cli/lr_sensitivity.cpp parses them):
 // "FIELD=V1,V2,..." (what --vary takes), each value one the field takes; an

@@ -16,7 +16,7 @@ namespace spikehunt {
 
 void add_guard_verb(Cli& cli) {
   struct GuardArgs {
-    std::string action, suite, out, baseline, rules;
+    std::string action, suite, out, baseline, rules, junit;
     std::vector<std::string> sets;
     GuardOptions options;
   };
@@ -29,6 +29,7 @@ void add_guard_verb(Cli& cli) {
         if (g.action == "record") {
           if (g.out.empty()) throw flag_error(verb, "--out", "", "is required", "where to write the baseline JSON");
           if (!g.baseline.empty()) throw flag_error(verb, "--baseline", g.baseline, "applies to guard check", "record writes --out");
+          if (!g.junit.empty()) throw flag_error(verb, "--junit", g.junit, "applies to guard check", "record writes --out");
           return guard_record(g.suite, g.out, with_rules(g.rules, g.sets), std::cout, g.options);
         }
         if (g.baseline.empty()) {
@@ -37,7 +38,9 @@ void add_guard_verb(Cli& cli) {
         if (!g.out.empty()) {
           throw flag_error(verb, "--out", g.out, "applies to guard record", "check writes nothing: it reads --baseline");
         }
-        return guard_check(g.suite, g.baseline, with_rules(g.rules, g.sets), std::cout, g.options);
+        GuardOptions options = g.options;
+        if (!g.junit.empty()) options.junit_path = checked_output_file(verb, "--junit", g.junit);
+        return guard_check(g.suite, g.baseline, with_rules(g.rules, g.sets), std::cout, options);
       });
   guard->add_option("-j,--jobs", guard_args->options.jobs, "Configs at once, each in its own worker process")
       ->capture_default_str()->check(CLI::PositiveNumber);
@@ -48,6 +51,8 @@ void add_guard_verb(Cli& cli) {
   guard->add_option("--suite", guard_args->suite, "Suite JSON: the pinned configs and the tolerances");
   guard->add_option("--out", guard_args->out, "record: the baseline JSON to write");
   guard->add_option("--baseline", guard_args->baseline, "check: the baseline JSON guard record wrote");
+  guard->add_option("--junit", guard_args->junit,
+                    "check: also write JUnit XML (Jenkins, GitLab, GitHub test reports), a test case per config");
   add_rules_flag(guard, guard_args->rules);
   guard->add_option("--set", guard_args->sets, "Override a field of every config, e.g. --set optimizer.lr=0.1 (repeatable)")
       ->allow_extra_args(false);

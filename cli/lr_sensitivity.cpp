@@ -108,6 +108,7 @@ void add_lr_sensitivity_verb(Cli& cli) {
         }
         if (l->app->count("--lrs") > 0) o.lrs = parse_lrs(l->lrs);  // given empty: an error, not the default
         o.heldout = l->heldout;
+        o.heldout_given = l->app->count("--heldout") > 0;
         o.jobs = l->jobs;
         o.timeout_seconds = parse_duration(l->timeout, "lr-sensitivity", "--timeout");
         o.out_dir = l->out;

@@ -57,6 +57,10 @@ void add_sweep_verb(Cli& cli) {
           throw flag_error("sweep", "--shrink-in-shard", "", "needs --shard I/N (or a Slurm array task)");
         }
         o.shard_shrinks = s->shrink_in_shard;
+        if (!o.junit_path.empty() && o.shard_count > 1 && !o.shard_shrinks) {
+          throw flag_error("sweep", "--junit", o.junit_path, "applies where failures are shrunk: a shard only searches",
+                           "give --junit to merge, or add --shrink-in-shard");
+        }
         std::cout << "seed " << o.seed << " (rerun with --seed " << o.seed << " to resume or repeat)\n";
         return run_sweep(o, std::cout);
       });

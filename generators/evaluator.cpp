@@ -56,38 +56,75 @@ void ChildEvaluator::evaluate(const std::vector<TrainingConfig>& configs,
 
 void ChildEvaluator::stream(const std::function<std::optional<StreamJob>(bool, bool*)>& next,
                             const std::function<void(size_t, const BurstSummary&)>& on_result) {
-  std::map<size_t, std::string> stems;  // of the bursts running
+  struct Running {
+    std::string stem;
+    TrainingConfig config;
+    bool retry = false;  // its second run
+  };
+  std::map<size_t, Running> running;  // by id
+  std::vector<std::pair<size_t, Running>> again;  // killed from outside: to run once more
+  bool next_finished = false;  // `next` said no more will come
   pool_.run_stream(
       [&](bool idle, bool* finished) -> std::optional<std::pair<size_t, ChildSpec>> {
-        std::optional<StreamJob> job = next(idle, finished);
+        std::optional<StreamJob> job;
+        bool retry = false;
+        if (!again.empty()) {
+          job = StreamJob{again.front().first, std::move(again.front().second.config)};
+          again.erase(again.begin());
+          retry = true;
+        } else if (!next_finished) {
+          job = next(idle, &next_finished);
+        }
+        // A burst still running may be killed and come back: not finished before it ends.
+        *finished = next_finished && again.empty() && running.empty() && !job;
         if (!job) return std::nullopt;
         const std::string stem = work_dir_ + "/burst-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++);
         save_config(job->second, stem + ".config.json");
         std::vector<std::string> argv = {binary_, "burst", "--config", stem + ".config.json", "--result", stem + ".result.json"};
         argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
-        stems[job->first] = stem;
+        running[job->first] = Running{stem, std::move(job->second), retry};
         return std::make_pair(job->first, ChildSpec{std::move(argv), timeout_, stem + ".log"});
       },
       jobs_,
       [&](size_t id, const ChildExit& e) {
-        const std::string stem = stems.at(id);
-        stems.erase(id);
+        Running r = std::move(running.at(id));
+        running.erase(id);
         BurstSummary s;
         bool read = false;
         if (e.exit_code == 0 && e.signal == 0) {
           try {
-            s = summary_from_json(nlohmann::json::parse(read_file(stem + ".result.json")), stem + ".result.json");
+            s = summary_from_json(nlohmann::json::parse(read_file(r.stem + ".result.json")), r.stem + ".result.json");
             read = true;
           } catch (const std::exception&) {
           }
         }
-        if (!read) s.verdict = lost_child_verdict(e, stem + ".log");
+        if (!read) s.verdict = lost_child_verdict(e, r.stem + ".log");
         for (const char* ext : {".config.json", ".result.json", ".log"}) {
           std::error_code ec;
-          fs::remove(stem + ext, ec);
+          fs::remove(r.stem + ext, ec);
+        }
+        if (!read && killed_from_outside(e)) {
+          if (!r.retry) {
+            ++retries_.retried;
+            ++retries_.by_cause[e.describe()];
+            r.retry = true;
+            again.emplace_back(id, std::move(r));
+            return;
+          }
+          ++retries_.repeated;
+          s.verdict.message += kKilledAgain;
         }
         on_result(id, s);
       });
+}
+
+std::string describe_retries(const Evaluator::Retries& r) {
+  if (r.retried == 0) return "";
+  std::string causes;
+  for (const auto& [cause, n] : r.by_cause) causes += (causes.empty() ? "" : ", ") + std::to_string(n) + "x " + cause;
+  return std::to_string(r.retried) + " burst(s) killed by a signal spikehunt did not send (" + causes +
+         ") ran once more in a fresh worker; " + std::to_string(r.repeated) +
+         " killed again: crashed (a crash that repeats on its config), the others have the verdict of their second run";
 }
 
 void Evaluator::stream(const std::function<std::optional<StreamJob>(bool, bool*)>& next,

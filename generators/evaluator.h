@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -40,12 +41,29 @@ class Evaluator {
   using StreamJob = std::pair<size_t, TrainingConfig>;
   virtual void stream(const std::function<std::optional<StreamJob>(bool idle, bool* finished)>& next,
                       const std::function<void(size_t, const BurstSummary&)>& on_result);
+
+  // Bursts killed by a signal this program did not send (the OOM killer, a
+  // preemption, an operator's kill; a segfault too) and run once more in a
+  // fresh worker: `retried` of them, `repeated` of those killed again (each
+  // then a crashed verdict), `by_cause` the first kill's describe()
+  // ("signal 9 (Killed)") -> count. Kept over the evaluator's life.
+  struct Retries {
+    int64_t retried = 0, repeated = 0;
+    std::map<std::string, int64_t> by_cause;
+  };
+  virtual Retries retries() const { return {}; }
 };
 
+// The sweep summary's line for `r` ("" when no burst was retried).
+std::string describe_retries(const Evaluator::Retries& r);
+
 // Each burst is `spikehunt burst` run by a persistent worker of the pool (or,
-// with pool.persistent false, in a process of its own); a burst that kills its
-// worker (a signal, an abort) is a crashed verdict, one that overstays
-// `timeout_seconds` a timeout, and a fresh worker runs the next.
+// with pool.persistent false, in a process of its own). A burst whose worker
+// dies on a signal this program did not send is run once more in a fresh
+// worker (retries()): an outside kill is not a finding; killed again, it is a
+// crashed verdict (a crash that repeats on the config). A burst that exits
+// without a result is crashed at once, one that overstays `timeout_seconds`
+// (SIGKILLed by the pool) a timeout; a fresh worker runs the next.
 class ChildEvaluator : public Evaluator {
  public:
   ChildEvaluator(std::string binary, int jobs, double timeout_seconds, std::string work_dir, PoolOptions pool = {});
@@ -58,6 +76,7 @@ class ChildEvaluator : public Evaluator {
   // More arguments for every child's `burst` command (e.g. {"--heldout", "256"}).
   void set_extra_args(std::vector<std::string> args) { extra_args_ = std::move(args); }
   const PoolStats& pool_stats() const { return pool_.stats(); }
+  Retries retries() const override { return retries_; }
 
  private:
   std::string binary_, work_dir_;
@@ -66,6 +85,7 @@ class ChildEvaluator : public Evaluator {
   double timeout_;
   int64_t counter_ = 0;
   ChildPool pool_;
+  Retries retries_;
 };
 
 // Calls a function in this process, one config at a time.

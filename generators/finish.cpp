@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/junit.h"
 #include "base/number_format.h"
 #include "base/program.h"
 #include "generators/html_report.h"
@@ -41,8 +42,7 @@ struct FailureGroup {
 
 // A distinct minimal config without a repro yet.
 struct ToRecord {
-  FailureRow row;
-  std::string failure_class;
+  FailureRow row;  // its signature is what the recorded repro must fail with
 };
 
 // What the shrinks leave for the repros: the minimal configs to record, and
@@ -93,13 +93,6 @@ Shrunk shrink_failures(const FinishContext& c, const std::vector<FailureGroup>& 
   int64_t& shrink_bursts = shrunk_out.bursts;
   std::vector<ToRecord>& to_record = shrunk_out.to_record;
   int64_t shrunk = 0;
-  // Each config a shrink passed through, and the failure whose shrink it was:
-  // a later shrink that reaches one is that failure from there on.
-  std::map<std::string, std::string> passed_by;
-  std::map<std::string, std::string> minimal_of;  // a minimal config's JSON -> the first failure shrunk to it
-  auto pass = [&](const TrainingConfig& c, const std::string& signature) {
-    passed_by.emplace(config_hash(c).hex(), signature);
-  };
   // With more than one slot, the shrinks run at once first (their bursts
   // held), so that those in order below find them trained.
   std::vector<std::pair<SpacePoint, BurstSummary>> to_shrink;
@@ -134,39 +127,25 @@ Shrunk shrink_failures(const FinishContext& c, const std::vector<FailureGroup>& 
       }
       const TrainingConfig start_config = config_from_json(json::parse(g.first.config_json), store.path());
       progress.note("shrinking " + g.signature + " ...");
-      std::string joined;
       const auto note = [&](const ShrinkResult& s) {
         progress.note("shrinking " + g.signature + ": " + std::to_string(s.evaluations) + " bursts, " +
                       std::to_string(s.accepted) + " steps");
       };
       const ShrinkResult r =
-          passes ? shrink(o.space, o.space.point_of(start_config), g.first.summary, children, cache, budget, note,
-                          [&](const SpacePoint& p) {
-                            const auto it = passed_by.find(config_hash(o.space.config(p)).hex());
-                            if (it != passed_by.end()) joined = it->second;
-                            return it != passed_by.end();
-                          })
+          passes ? shrink(o.space, o.space.point_of(start_config), g.first.summary, children, cache, budget, note)
                  : shrink_tree(o.space, o.space.point_of(start_config), g.first.summary, children, cache, budget, note);
       progress.done();
-      for (const SpacePoint& p : r.path) pass(o.space.config(p), g.signature);
-      const std::optional<FailureRow> other = r.joined ? store.failure(joined) : std::nullopt;
-      f.minimal_config_json = other ? other->minimal_config_json : config_to_json(o.space.config(r.minimal)).dump();
+      f.minimal_config_json = config_to_json(o.space.config(r.minimal)).dump();
       f.shrink_evaluations = r.evaluations;
       f.shrink_steps = r.accepted;
       f.budget_exhausted = r.budget_exhausted;
       shrink_bursts += r.evaluations;
       store.put_failure(f);
     }
-    pass(config_from_json(json::parse(f.minimal_config_json), store.path()), g.signature);
-    if (const auto [first, fresh] = minimal_of.emplace(f.minimal_config_json, g.signature); !fresh) {
-      f.replay = one_failure_with(first->second);  // its repro is the other's
-      f.repro_path.clear();
-      store.put_failure(f);
-      continue;
-    }
-    if (f.repro_path.empty() || !fs::exists(f.repro_path)) {
-      to_record.push_back({f, failure_class(g.first.summary.verdict)});
-    }
+    // A failure folded into another's repro by an older build keeps its
+    // line; each other one gets its own repro.
+    const bool folded = f.replay.rfind(one_failure_with(""), 0) == 0;
+    if (!folded && (f.repro_path.empty() || !fs::exists(f.repro_path))) to_record.push_back({f});
   }
   return shrunk_out;
 }
@@ -192,7 +171,7 @@ void record_repros(const FinishContext& c, std::vector<ToRecord>& to_record, Pro
         try {
           bool ok = false;
           f.replay = record_and_replay(binary, config_from_json(json::parse(f.minimal_config_json), store.path()), path,
-                                       to_record[i].failure_class, o.timeout_seconds, dir + "/work", &ok);
+                                       f.signature, o.timeout_seconds, dir + "/work", &ok);
           f.repro_path = fs::exists(path) ? path : "";
         } catch (const std::exception& e) {
           errors[i] = e.what();
@@ -213,6 +192,51 @@ void record_repros(const FinishContext& c, std::vector<ToRecord>& to_record, Pro
 
 // ---- 4. summary ----
 
+// "non_finite:forward:fc1_act: 3 of 24 runs (first: sample 5)".
+std::string failure_title(const FailureGroup& g, int64_t n) {
+  return g.signature + ": " + std::to_string(g.occurrences) + " of " + std::to_string(n) + " runs (first: sample " +
+         std::to_string(g.first.sample) + ")";
+}
+
+// What the summary says under a failure's title (each line indented): its
+// minimal config, the shrink, how its repro fails and how to replay it.
+std::string failure_text(const FinishContext& c, const FailureGroup& g, const FailureRow& row) {
+  std::ostringstream out;
+  if (const std::string note = environment_note(g.first.summary); !note.empty()) out << "   " << note << "\n";
+  if (row.minimal_config_json.empty()) {
+    out << "   not shrunk (--max-shrinks " << c.options.max_shrinks << " or the time budget)\n";
+    return out.str();
+  }
+  if (row.replay.rfind(one_failure_with(""), 0) == 0) {
+    out << "   " << row.replay << " (" << row.shrink_evaluations << " shrink bursts)\n";
+    return out.str();
+  }
+  const TrainingConfig minimal = config_from_json(json::parse(row.minimal_config_json), c.store.path());
+  out << "   minimal config (fields away from the space's simplest values):\n";
+  const std::vector<std::string> diff = config_diff(c.options.space.simplest(), minimal);
+  if (diff.empty()) out << "     (none: the simplest config of the space fails)\n";
+  for (const std::string& d : diff) out << "     " << d << "\n";
+  out << "   shrink: " << row.shrink_evaluations << " bursts, " << row.shrink_steps << " steps accepted"
+      << (row.budget_exhausted ? " (budget spent: may not be minimal)" : " (a local minimum)") << "\n";
+  if (row.repro_path.empty()) {
+    out << "   " << row.replay << "\n";
+    return out.str();
+  }
+  const Repro repro = read_repro(row.repro_path);
+  const Verdict& v = repro.verdict;
+  out << "   fails: " << to_string(v.outcome);
+  if (v.onset_step) out << ", onset step " << *v.onset_step;
+  if (v.failure_step) out << ", non-finite at step " << *v.failure_step;
+  if (v.fault) out << ", " << v.fault->describe();
+  out << "\n   repro:  " << row.repro_path << "\n   replay: " << row.replay << "\n";
+  out << "   replay it: " << program_name() << " replay " << row.repro_path << (repro.checkpoint ? " --from-checkpoint" : "") << "\n";
+  out << "   draft regression test:\n";
+  std::istringstream test(draft_regression_test(repro, row.repro_path));
+  for (std::string l; std::getline(test, l);) out << "     " << l << "\n";
+  return out.str();
+}
+
+
 // Prints the rates, the per-factor table and every distinct failure; returns
 // how many search runs failed.
 int64_t print_summary(const FinishContext& c, const std::vector<RunRow>& searched,
@@ -228,11 +252,17 @@ int64_t print_summary(const FinishContext& c, const std::vector<RunRow>& searche
   out << "\n" << n << " runs, " << failed << " failed: " << percent(n ? double(failed) / double(n) : 0)
       << " (95% Wilson interval " << percent(lo) << " to " << percent(hi) << ")";
   for (const auto& [outcome, count] : rates.by_outcome) out << ", " << count << " " << outcome;
+  const int64_t earlier = c.cache.taken_from_earlier();  // trained ahead before a kill, committed as held
   out << "\nbursts this invocation: " << search_bursts << " search, " << shrink_bursts << " shrink"
+      << (earlier > 0 ? " (" + std::to_string(earlier) + " of them trained ahead before the last run was killed: "
+                                "kept held, not trained again)"
+                      : "")
       << (ahead_unused > 0 ? " (+" + std::to_string(ahead_unused) + " trained on idle slots and not needed)" : "")
       << "; total in the database: "
       << store.count("search") << " search, " << store.count("shrink") << " shrink; "
-      << duration_text(std::chrono::duration<double>(Clock::now() - start).count()) << "\n\n";
+      << duration_text(std::chrono::duration<double>(Clock::now() - start).count()) << "\n";
+  if (const std::string retried = describe_retries(c.children.retries()); !retried.empty()) out << retried << "\n";
+  out << "\n";
   char line[160];
   size_t field_width = 6;
   for (const FactorRate& f : rates.factors) field_width = std::max(field_width, f.field.size());
@@ -247,7 +277,6 @@ int64_t print_summary(const FinishContext& c, const std::vector<RunRow>& searche
                   percent(flo).c_str(), percent(fhi).c_str());
     out << line;
   }
-  const TrainingConfig simplest = o.space.simplest();
   const std::vector<FailureRow> rows = store.failures();
   int64_t folded = 0;
   for (const FailureRow& f : rows) folded += f.replay.rfind(one_failure_with(""), 0) == 0;
@@ -258,41 +287,35 @@ int64_t print_summary(const FinishContext& c, const std::vector<RunRow>& searche
   for (const FailureGroup& g : ordered) {
     const auto row = std::find_if(rows.begin(), rows.end(), [&](const FailureRow& f) { return f.signature == g.signature; });
     if (row == rows.end()) continue;
-    out << "\n" << ++index << ". " << g.signature << ": " << g.occurrences << " of " << n << " runs (first: sample "
-        << g.first.sample << ")\n";
-    if (const std::string note = environment_note(g.first.summary); !note.empty()) out << "   " << note << "\n";
-    if (row->minimal_config_json.empty()) {
-      out << "   not shrunk (--max-shrinks " << o.max_shrinks << " or the time budget)\n";
-      continue;
-    }
-    if (row->replay.rfind(one_failure_with(""), 0) == 0) {
-      out << "   " << row->replay << " (" << row->shrink_evaluations << " shrink bursts)\n";
-      continue;
-    }
-    const TrainingConfig minimal = config_from_json(json::parse(row->minimal_config_json), store.path());
-    out << "   minimal config (fields away from the space's simplest values):\n";
-    const std::vector<std::string> diff = config_diff(simplest, minimal);
-    if (diff.empty()) out << "     (none: the simplest config of the space fails)\n";
-    for (const std::string& d : diff) out << "     " << d << "\n";
-    out << "   shrink: " << row->shrink_evaluations << " bursts, " << row->shrink_steps << " steps accepted"
-        << (row->budget_exhausted ? " (budget spent: may not be minimal)" : " (a local minimum)") << "\n";
-    if (row->repro_path.empty()) {
-      out << "   " << row->replay << "\n";
-      continue;
-    }
-    const Repro repro = read_repro(row->repro_path);
-    const Verdict& v = repro.verdict;
-    out << "   fails: " << to_string(v.outcome);
-    if (v.onset_step) out << ", onset step " << *v.onset_step;
-    if (v.failure_step) out << ", non-finite at step " << *v.failure_step;
-    if (v.fault) out << ", " << v.fault->describe();
-    out << "\n   repro:  " << row->repro_path << "\n   replay: " << row->replay << "\n";
-    out << "   replay it: " << program_name() << " replay " << row->repro_path << (repro.checkpoint ? " --from-checkpoint" : "") << "\n";
-    out << "   draft regression test:\n";
-    std::istringstream test(draft_regression_test(repro, row->repro_path));
-    for (std::string l; std::getline(test, l);) out << "     " << l << "\n";
+    out << "\n" << ++index << ". " << failure_title(g, n) << "\n" << failure_text(c, g, *row);
   }
   return failed;
+}
+
+// --junit FILE: one test case per distinct failure (its title the message,
+// what the summary says under it the text), or one passing case when no
+// search run failed; written whole or not at all.
+void write_sweep_junit(const FinishContext& c, const std::vector<RunRow>& searched,
+                       const std::vector<FailureGroup>& ordered) {
+  const SweepOptions& o = c.options;
+  JunitSuite suite;
+  suite.name = "spikehunt sweep " + c.dir;
+  suite.seconds = std::chrono::duration<double>(Clock::now() - c.start).count();
+  suite.properties = {{"space", o.space_source}, {"seed", std::to_string(o.seed)}, {"runs", std::to_string(o.runs)},
+                      {"database", c.store.path()}};
+  const int64_t n = int64_t(searched.size());
+  const std::vector<FailureRow> rows = c.store.failures();
+  for (const FailureGroup& g : ordered) {
+    const auto row = std::find_if(rows.begin(), rows.end(), [&](const FailureRow& f) { return f.signature == g.signature; });
+    if (row == rows.end()) continue;
+    const std::string cls = failure_class(g.first.summary.verdict);
+    suite.cases.push_back({g.signature, "spikehunt.sweep", 0, failure_title(g, n), cls.substr(0, cls.find(':')),
+                           failure_text(c, g, *row), ""});
+  }
+  if (suite.cases.empty()) {
+    suite.cases.push_back({"no failure in " + std::to_string(n) + " runs", "spikehunt.sweep", suite.seconds, "", "", "", ""});
+  }
+  write_file_atomic(o.junit_path, junit_xml(suite));
 }
 
 }  // namespace
@@ -317,6 +340,10 @@ int finish_sweep(const FinishContext& c, std::ostream& out) {
   Shrunk shrunk = shrink_failures(c, ordered, progress, out);
   record_repros(c, shrunk.to_record, progress);
   const int64_t failed = print_summary(c, searched, ordered, shrunk.bursts, out);
+  if (!c.options.junit_path.empty()) {
+    write_sweep_junit(c, searched, ordered);
+    out << "\njunit: " << c.options.junit_path << "\n";
+  }
   remove_if_empty(c.dir + "/work");
   try {
     const ReportFacts report = write_sweep_report(c.dir);

@@ -11,8 +11,10 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/number_format.h"
+#include "base/out_lock.h"
 #include "base/program.h"
 #include "generators/shrinker.h"
+#include "harness/burst.h"
 #include "harness/report.h"
 #include "harness/results.h"
 
@@ -145,7 +147,16 @@ int run_lr_sensitivity(const LrSensitivityOptions& o, std::ostream& out) {
       }
     }
   }
-  fs::create_directories(o.out_dir);
+  if (o.heldout_given) {  // before anything is written or trained
+    const int64_t there = heldout_samples(configs.front(), o.heldout);
+    if (there < o.heldout) {
+      throw flag_error("lr-sensitivity", "--heldout", std::to_string(o.heldout),
+                       "is beyond the data: its held-out split holds " + std::to_string(there) + " samples",
+                       "give --heldout " + std::to_string(there) + " or less (or leave it out: the default takes up "
+                       "to 256 of what there is)");
+    }
+  }
+  const OutLock lock = OutLock::folder(o.out_dir, "lr-sensitivity");
   const json spec = lr_spec_json(o);
   SweepStore store(o.out_dir + "/sweep.db", spec.dump(), 0);
   const std::string binary = o.binary.empty() ? self_executable() : o.binary;
@@ -175,6 +186,7 @@ int run_lr_sensitivity(const LrSensitivityOptions& o, std::ostream& out) {
         << (s.metrics ? ", final loss " + significant(s.metrics->final_loss, 3) : std::string()) << "\n"
         << std::flush;
   });
+  if (const std::string retried = describe_retries(children.retries()); !retried.empty()) out << retried << "\n";
   std::error_code ec;
   fs::remove(o.out_dir + "/work", ec);  // only when empty
 

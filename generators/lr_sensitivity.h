@@ -48,6 +48,7 @@ struct LrSensitivityOptions {
   std::vector<double> lrs = wortsman_lr_grid();
   std::vector<LrVary> vary;
   int64_t heldout = 256;          // held-out samples for the init and final losses
+  bool heldout_given = false;     // --heldout given: past the data is an error (the default takes what there is)
   int jobs = 2;
   PoolOptions pool;               // how bursts run (child.h)
   double timeout_seconds = 600;   // per burst

@@ -4,6 +4,14 @@
 
 namespace spikehunt {
 
+EvalCache::EvalCache(SweepStore* store) : store_(store) {
+  if (store_ == nullptr) return;
+  for (auto& [hash, summary] : store_->held()) {
+    pending_[hash] = std::move(summary);
+    found_held_.insert(hash);
+  }
+}
+
 std::optional<BurstSummary> EvalCache::find(const std::string& config_hash) {
   const std::lock_guard<std::mutex> lock(mu_);
   auto it = memory_.find(config_hash);
@@ -20,6 +28,8 @@ std::optional<BurstSummary> EvalCache::find(const std::string& config_hash) {
 void EvalCache::hold(const std::string& config_hash, const BurstSummary& summary) {
   const std::lock_guard<std::mutex> lock(mu_);
   pending_[config_hash] = summary;
+  found_held_.erase(config_hash);
+  if (store_ != nullptr) store_->hold(config_hash, summary);
 }
 
 bool EvalCache::holds(const std::string& config_hash) const {
@@ -29,7 +39,12 @@ bool EvalCache::holds(const std::string& config_hash) const {
 
 int64_t EvalCache::held() const {
   const std::lock_guard<std::mutex> lock(mu_);
-  return int64_t(pending_.size());
+  return int64_t(pending_.size() - found_held_.size());
+}
+
+int64_t EvalCache::taken_from_earlier() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return taken_from_earlier_;
 }
 
 std::optional<BurstSummary> EvalCache::peek(const std::string& config_hash) const {
@@ -45,6 +60,7 @@ std::optional<BurstSummary> EvalCache::release(const std::string& config_hash) {
   if (it == pending_.end()) return std::nullopt;
   BurstSummary s = std::move(it->second);
   pending_.erase(it);
+  taken_from_earlier_ += int64_t(found_held_.erase(config_hash));
   return s;
 }
 

@@ -12,6 +12,8 @@
 #include "base/child.h"
 #include "base/did_you_mean.h"
 #include "base/error.h"
+#include "base/files.h"
+#include "base/out_lock.h"
 #include "generators/finish.h"
 #include "generators/shrinker.h"
 #include "generators/store.h"
@@ -185,8 +187,7 @@ int run_merge(const MergeOptions& m, std::ostream& out) {
                                    shards.front().store->path());
   for (const Shard& s : shards) {
     for (const RunRow& r : s.runs) {
-      const std::string field = "runs (sample " + std::to_string(r.sample) + ").config_json";
-      config_from_json(parsed(r.config_json, s.store->path(), field), s.store->path() + ": " + field);
+      config_from_text(r.config_json, s.store->path(), "runs (sample " + std::to_string(r.sample) + ").config_json");
     }
   }
   if (fs::exists(m.out_dir) && !fs::is_directory(m.out_dir)) {
@@ -199,7 +200,9 @@ int run_merge(const MergeOptions& m, std::ostream& out) {
   o.runs = runs;
   o.out_dir = m.out_dir;
   o.binary = binary;
+  const OutLock lock = OutLock::folder(m.out_dir, "merge");
   fs::create_directories(m.out_dir + "/repros");
+  for (const std::string& d : {m.out_dir, m.out_dir + "/repros"}) remove_stale_temporaries(d);  // under our lock
   SweepStore store(m.out_dir + "/sweep.db", space_json, o.seed);
   store.set_meta("build", build);
   store.set_meta("runs", std::to_string(runs));
@@ -277,6 +280,12 @@ struct SweepFacts {
 SweepFacts read_sweep(const std::string& dir) {
   SweepFacts f;
   f.store = SweepStore::open_read_only(dir + "/sweep.db");
+  if (f.store->space_json().find("\"lr_sensitivity\"") != std::string::npos &&
+      json::parse(f.store->space_json(), nullptr, false).contains("lr_sensitivity")) {
+    throw InputError(dir, "", "", "is an lr-sensitivity folder, not a sweep's (it holds no search samples to compare)",
+                     "compare two sweeps' folders; an lr-sensitivity result is its lr_sensitivity.json (spikehunt "
+                     "report " + dir + " shows it)");
+  }
   for (RunRow& r : f.store->runs("search")) {
     f.environments.insert(r.summary.environment ? environment_key(*r.summary.environment) : "(not recorded)");
     f.runs[r.sample] = std::move(r);

@@ -14,7 +14,7 @@ namespace spikehunt {
 namespace fs = std::filesystem;
 
 std::string record_and_replay(const std::string& binary, const TrainingConfig& config, const std::string& path,
-                              const std::string& expected_class, double timeout_seconds, const std::string& work_dir,
+                              const std::string& expected_signature, double timeout_seconds, const std::string& work_dir,
                               bool* ok) {
   *ok = false;
   fs::create_directories(work_dir);
@@ -29,8 +29,9 @@ std::string record_and_replay(const std::string& binary, const TrainingConfig& c
   std::string verdict;
   if (recorded.exit_code != 0 || !fs::exists(path)) {
     verdict = "the repro could not be recorded: " + recorded.describe() + " " + tail_of(stem + ".log", 300);
-  } else if (const Repro repro = read_repro(path); failure_class(repro.verdict) != expected_class) {
-    verdict = "the config failed differently when recorded: " + fault_signature(repro.verdict) + ", not " + expected_class;
+  } else if (const Repro repro = read_repro(path); fault_signature(repro.verdict) != expected_signature) {
+    verdict = "the config failed differently when recorded: " + fault_signature(repro.verdict) + ", not " +
+              expected_signature;
   } else {
     std::vector<std::string> argv = {binary, "replay", path};
     if (repro.checkpoint) argv.push_back("--from-checkpoint");

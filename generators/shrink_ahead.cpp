@@ -134,22 +134,13 @@ class SlotsEvaluator : public Evaluator {
 int64_t shrink_ahead(const SearchSpace& space, const std::vector<std::pair<SpacePoint, BurstSummary>>& starts,
                      Evaluator& evaluator, EvalCache& cache, const Budget& budget) {
   SharedSlots slots(evaluator, int(starts.size()));
-  std::mutex passed_mu;
-  std::map<SpacePoint, size_t> passed;  // each point a shrink took -> the lowest rank that took it
   std::vector<std::string> errors(starts.size());
   std::vector<std::thread> threads;
   for (size_t k = 0; k < starts.size(); ++k) {
     threads.emplace_back([&, k] {
       try {
         SlotsEvaluator mine(slots, int(k));
-        // As in order, a shrink that takes a point one before it took stops there.
-        const auto reached = [&](const SpacePoint& p) {
-          const std::lock_guard<std::mutex> lock(passed_mu);
-          size_t& rank = passed.emplace(p, k).first->second;
-          rank = std::min(rank, k);
-          return rank < k;
-        };
-        shrink_passes(space, starts[k].first, starts[k].second, mine, cache, budget, {}, reached, true);
+        shrink_passes(space, starts[k].first, starts[k].second, mine, cache, budget, {}, true);
       } catch (const std::exception& e) {
         errors[k] = e.what();
       }

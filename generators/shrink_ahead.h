@@ -15,8 +15,7 @@ namespace spikehunt {
 // thread each, sharing the evaluator's slots (the first one's bursts first,
 // each shrink filling its share of them: parallelism() over the shrinks still
 // running), a config two of them ask for trained once. Every burst is only
-// held in the cache, none counted; a shrink that takes a point an earlier one
-// took stops there. The shrinks in order then find their bursts trained and
+// held in the cache, none counted. The shrinks in order then find their bursts trained and
 // decide as without this, so it changes how long they take, not what they
 // find. Returns the bursts it trained.
 int64_t shrink_ahead(const SearchSpace& space, const std::vector<std::pair<SpacePoint, BurstSummary>>& starts,

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/out_lock.h"
 #include "generators/record_replay.h"
 #include "generators/shrinker.h"
 #include "harness/repro.h"
@@ -18,7 +19,7 @@ int run_shrink(const ShrinkOptions& o, std::ostream& out) {
   const std::string binary = o.binary.empty() ? self_executable() : o.binary;
   const std::string hash = config_hash(o.config).hex();
   const std::string out_dir = o.out_dir.empty() ? "results/shrink-" + hash.substr(0, 8) : o.out_dir;
-  fs::create_directories(out_dir);
+  const OutLock lock = OutLock::folder(out_dir, "shrink");
   const SearchSpace space = o.space.around(o.config);
   ChildEvaluator children(binary, o.jobs, o.timeout_seconds, out_dir + "/work", o.pool);
   EvalCache cache;
@@ -27,12 +28,12 @@ int run_shrink(const ShrinkOptions& o, std::ostream& out) {
   BurstSummary start;
   children.evaluate({o.config}, [&](size_t, const BurstSummary& s) { start = s; });
   cache.add("check", -1, o.config, start);
-  const std::string target = failure_class(start.verdict);
+  const std::string target = fault_signature(start.verdict);
   if (target.empty()) {
     out << "the config is healthy (" << start.verdict.steps_run << " steps): nothing to shrink\n";
     return kExitOk;
   }
-  out << "it fails: " << fault_signature(start.verdict) << "\n";
+  out << "it fails: " << target << "\n";
   Budget budget;
   budget.evaluations = o.evaluations;
   const ShrinkResult r = shrink(space, space.point_of(o.config), start, children, cache, budget);
@@ -49,6 +50,7 @@ int run_shrink(const ShrinkOptions& o, std::ostream& out) {
   bool ok = false;
   const std::string verdict = record_and_replay(binary, minimal, path, target, o.timeout_seconds, out_dir + "/work", &ok);
   remove_if_empty(out_dir + "/work");
+  if (const std::string retried = describe_retries(children.retries()); !retried.empty()) out << retried << "\n";
   out << "\nminimal config: " << out_dir << "/minimal.config.json\n";
   if (fs::exists(path)) {
     const Repro repro = read_repro(path);

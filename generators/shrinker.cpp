@@ -20,7 +20,8 @@ class Shrinker {
   Shrinker(const SearchSpace& space, const BurstSummary& start_summary, Evaluator& evaluator, EvalCache& cache,
            const Budget& budget, ShrinkResult* result, bool ahead)
       : space_(space), evaluator_(evaluator), cache_(cache), budget_(budget), r_(*result),
-        target_(failure_class(start_summary.verdict)), ahead_(ahead) {
+        target_(fault_signature(start_summary.verdict)), target_class_(failure_class(start_summary.verdict)),
+        ahead_(ahead) {
     for (int64_t i = 0; i < space.digits(); ++i) ordered_.push_back(ordered(space.dimensions()[size_t(space.dimension_of(i))]));
   }
 
@@ -34,7 +35,8 @@ class Shrinker {
   bool is_ordered(size_t digit) const { return ordered_[digit]; }
 
   // A candidate at or below (on ordered values; equal on the others) one
-  // that was seen not to fail this way does not fail either: no burst.
+  // that was seen healthy or failing in another class does not fail this
+  // way either: no burst.
   bool implied_healthy(const SpacePoint& q) const {
     for (const SpacePoint& r : rejected_) {
       bool below = true;
@@ -45,7 +47,7 @@ class Shrinker {
   }
 
   // Takes the first of `candidates` (each strictly simpler than the current
-  // point) that fails in the target class, deciding in order as one job
+  // point) that fails with the target's fault signature, deciding in order as one job
   // would: returns its index, or -1. Up to parallelism() bursts run at once —
   // a window of candidates, and in the last window `ahead` (what the
   // procedure tries next if none fails) on the slots left idle — but a
@@ -82,7 +84,7 @@ class Shrinker {
       bool decided = false;
       for (size_t i = from; i < to && !decided; ++i) {
         if (const std::optional<BurstSummary> k = known(hashes[i - from])) {
-          decided = !implied_healthy(candidates[i]) && failure_class(k->verdict) == target_;
+          decided = !implied_healthy(candidates[i]) && fault_signature(k->verdict) == target_;
         } else if (!implied_healthy(candidates[i])) {
           want(configs[i - from], hashes[i - from]);
         }
@@ -116,15 +118,18 @@ class Shrinker {
           exhausted_ = true;
           return -1;
         }
-        if (failure_class(summary->verdict) == target_) {
+        if (fault_signature(summary->verdict) == target_) {
           r_.minimal = candidates[i];
           r_.summary = *summary;
           r_.path.push_back(candidates[i]);
           ++r_.accepted;
-          if (reached_ && reached_(candidates[i])) joined_ = true;
           return int(i);
         }
-        rejected_.push_back(candidates[i]);
+        // Healthy, or failing in another class: nothing below it fails in the
+        // target's. A candidate that fails in the same class at another
+        // tensor or rule implies nothing (a lower rate may fail later, where
+        // the start did), so it is not a rejection below which to skip.
+        if (failure_class(summary->verdict) != target_class_) rejected_.push_back(candidates[i]);
       }
     }
     return -1;
@@ -133,10 +138,8 @@ class Shrinker {
     return take_first({candidate}, ahead) == 0;
   }
   bool exhausted() const { return exhausted_; }
-  // Stop: the budget is spent, or the shrink reached a point another one passed through.
-  bool done() const { return exhausted_ || joined_; }
-  bool joined() const { return joined_; }
-  void stop_at(std::function<bool(const SpacePoint&)> reached) { reached_ = std::move(reached); }
+  // Stop: the budget or the deadline is spent.
+  bool done() const { return exhausted_; }
 
  private:
   const SearchSpace& space_;
@@ -144,12 +147,12 @@ class Shrinker {
   EvalCache& cache_;
   const Budget& budget_;
   ShrinkResult& r_;
-  std::string target_;
+  std::string target_;  // the start's fault signature: a candidate is taken only when it fails with it
+  std::string target_class_;  // its class: what a lower rate, momentum, batch count is assumed not to reach again
   bool ahead_;
-  bool exhausted_ = false, joined_ = false;
-  std::function<bool(const SpacePoint&)> reached_;
+  bool exhausted_ = false;
   std::vector<bool> ordered_;        // per digit
-  std::vector<SpacePoint> rejected_; // candidates seen not to fail this way
+  std::vector<SpacePoint> rejected_; // candidates seen healthy or failing in another class
 };
 
 // Where each dimension's digits start in a point, and how far a point is
@@ -188,14 +191,12 @@ struct DimensionLayout {
 
 ShrinkResult shrink_passes(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
                            Evaluator& evaluator, EvalCache& cache, const Budget& budget,
-                           const std::function<void(const ShrinkResult&)>& progress,
-                           const std::function<bool(const SpacePoint&)>& reached, bool ahead) {
+                           const std::function<void(const ShrinkResult&)>& progress, bool ahead) {
   ShrinkResult result;
   result.start = result.minimal = start;
   result.summary = start_summary;
   if (failure_class(start_summary.verdict).empty()) return result;  // nothing fails: nothing to shrink
   Shrinker shrinker(space, start_summary, evaluator, cache, budget, &result, ahead);
-  shrinker.stop_at(reached);
   const DimensionLayout layout(space);
   std::vector<bool> bisected(start.size(), false);  // a digit's boundary was searched in an earlier pass
   while (true) {
@@ -273,10 +274,6 @@ ShrinkResult shrink_passes(const SearchSpace& space, const SpacePoint& start, co
       }
     }
     if (progress) progress(result);
-    if (shrinker.joined()) {
-      result.joined = true;
-      break;
-    }
     if (shrinker.exhausted()) {
       result.budget_exhausted = true;
       break;
@@ -288,9 +285,8 @@ ShrinkResult shrink_passes(const SearchSpace& space, const SpacePoint& start, co
 
 ShrinkResult shrink(const SearchSpace& space, const SpacePoint& start, const BurstSummary& start_summary,
                     Evaluator& evaluator, EvalCache& cache, const Budget& budget,
-                    const std::function<void(const ShrinkResult&)>& progress,
-                    const std::function<bool(const SpacePoint&)>& reached) {
-  return shrink_passes(space, start, start_summary, evaluator, cache, budget, progress, reached, false);
+                    const std::function<void(const ShrinkResult&)>& progress) {
+  return shrink_passes(space, start, start_summary, evaluator, cache, budget, progress, false);
 }
 
 // The shrinker before the passes, kept to compare with (sweep --shrinker
@@ -302,7 +298,7 @@ ShrinkResult shrink_tree(const SearchSpace& space, const SpacePoint& start, cons
   ShrinkResult result;
   result.start = result.minimal = start;
   result.summary = start_summary;
-  const std::string target = failure_class(start_summary.verdict);
+  const std::string target = fault_signature(start_summary.verdict);
   if (target.empty()) return result;  // nothing fails: nothing to shrink
   rc::Shrinkable<SpacePoint> current = shrinkable_point(space, start);
   const size_t window = size_t(std::max(evaluator.parallelism(), 1));
@@ -341,7 +337,7 @@ ShrinkResult shrink_tree(const SearchSpace& space, const SpacePoint& start, cons
       });
       for (size_t i = 0; i < batch.size(); ++i) {
         if (!summaries[i]) break;  // not evaluated: the budget ran out before it
-        if (failure_class(summaries[i]->verdict) == target) {
+        if (fault_signature(summaries[i]->verdict) == target) {
           current = batch[i];
           result.minimal = current.value();
           result.summary = *summaries[i];

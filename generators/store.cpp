@@ -4,6 +4,7 @@
 #include <sys/vfs.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
@@ -20,12 +21,65 @@ namespace spikehunt {
 
 namespace {
 
+// Whether the last error on `db` is the machine's (a full or read-only
+// disk, an I/O error) rather than the file's content.
+bool machine_error(sqlite3* db) {
+  switch (sqlite3_errcode(db)) {
+    case SQLITE_FULL:
+    case SQLITE_IOERR:
+    case SQLITE_READONLY:
+    case SQLITE_CANTOPEN:
+    case SQLITE_NOMEM:
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The last error on `db` as spikehunt says a machine's error: the database's
+// path, SQLite's words, and what to do ("error: DIR/sweep.db: sqlite: database
+// or disk is full\nhint: ..." once the CLI puts "error: " before it).
+std::runtime_error sqlite_failure(sqlite3* db, const std::string& context = "") {
+  const char* file = sqlite3_db_filename(db, "main");
+  std::string text = std::string(file && *file ? file : "<sweep database>") + ": sqlite: " + sqlite3_errmsg(db);
+  // An I/O error's cause as the system said it (a full disk shows as one when SQLite maps its shared memory).
+  const int system_errno = sqlite3_system_errno(db);
+  if (sqlite3_errcode(db) == SQLITE_IOERR && system_errno != 0) {
+    text += std::string(" (") + std::strerror(system_errno) + ")";
+    if (const std::string hint = system_error_hint(system_errno); !hint.empty()) return std::runtime_error(text + context + "\nhint: " + hint);
+  }
+  text += context;
+  switch (sqlite3_errcode(db)) {
+    case SQLITE_FULL:
+      text += "\nhint: the disk is full: free space (df -h) and run the same command again; every run committed "
+              "before is kept and is not trained again";
+      break;
+    case SQLITE_READONLY:
+    case SQLITE_CANTOPEN:
+      text += "\nhint: the database cannot be written (a read-only disk or file, or a folder without write "
+              "permission): give an --out where it can";
+      break;
+    case SQLITE_IOERR:
+      text += "\nhint: the disk failed a read or write: check it (dmesg) and run the same command again";
+      break;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      text += "\nhint: another process holds the database: one process writes an output folder at a time";
+      break;
+    default:
+      break;
+  }
+  return std::runtime_error(text);
+}
+
 // A prepared statement that finalizes itself.
 class Statement {
  public:
   Statement(sqlite3* db, const char* sql) : db_(db) {
     if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) {
-      throw std::runtime_error(std::string("sqlite: ") + sqlite3_errmsg(db) + " in: " + sql);
+      throw sqlite_failure(db, std::string(" in: ") + sql);
     }
   }
   ~Statement() { sqlite3_finalize(stmt_); }
@@ -50,7 +104,7 @@ class Statement {
     const int rc = sqlite3_step(stmt_);
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
-    throw std::runtime_error(std::string("sqlite: ") + sqlite3_errmsg(db_));
+    throw sqlite_failure(db_);
   }
   std::string text(int col) const {
     const unsigned char* t = sqlite3_column_text(stmt_, col);
@@ -85,6 +139,7 @@ CREATE TABLE IF NOT EXISTS runs(
   created TEXT NOT NULL DEFAULT (datetime('now')));
 CREATE UNIQUE INDEX IF NOT EXISTS runs_by_sample ON runs(sample) WHERE kind = 'search';
 CREATE INDEX IF NOT EXISTS runs_by_hash ON runs(config_hash);
+CREATE TABLE IF NOT EXISTS held(config_hash TEXT PRIMARY KEY, summary_json TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS failures(
   signature TEXT PRIMARY KEY,
   first_run INTEGER NOT NULL,
@@ -123,6 +178,28 @@ bool on_network_filesystem(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// The JSON of a stored text, or an InputError: the database is damaged.
+nlohmann::json stored_json(const std::string& text, const std::string& file, const std::string& field) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    throw InputError(file, field, text.size() > 60 ? text.substr(0, 57) + "..." : text, "is not JSON",
+                     "the database is damaged: run the sweep (or shard) again into a fresh folder");
+  }
+  return j;
+}
+
+}  // namespace
+
+BurstSummary summary_from_text(const std::string& text, const std::string& file, const std::string& field) {
+  return summary_from_json(stored_json(text, file, field), file + ": " + field);
+}
+
+TrainingConfig config_from_text(const std::string& text, const std::string& file, const std::string& field) {
+  return config_from_json(stored_json(text, file, field), file + ": " + field);
+}
+
 std::string build_id(const std::string& executable) {
   std::string bytes;
   for (const std::string& file : build_files_of(executable)) bytes += read_file(file);
@@ -144,10 +221,16 @@ SweepStore::SweepStore(const std::string& path, const std::string& space_json, u
                                      : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
     exec(kSchema);
   } catch (const std::runtime_error& e) {
+    if (machine_error(db_)) {  // a full or read-only disk: the file may be a fine database
+      const std::runtime_error failure = sqlite_failure(db_);
+      sqlite3_close(db_);
+      db_ = nullptr;
+      throw failure;
+    }
+    const std::string why = sqlite3_errmsg(db_);
     sqlite3_close(db_);
     db_ = nullptr;
-    throw InputError(path, "", "", std::string("is not a sweep database (") + e.what() + ")",
-                     "give --out a fresh folder");
+    throw InputError(path, "", "", "is not a sweep database (" + why + ")", "give --out a fresh folder");
   }
   auto meta = [&](const std::string& key, const std::string& value) {
     Statement get(db_, "SELECT value FROM meta WHERE key = ?");
@@ -211,8 +294,9 @@ std::unique_ptr<SweepStore> SweepStore::open_read_only(const std::string& path) 
     check.step();
     if (found != 2) throw std::runtime_error("its meta table has no space and seed");
   } catch (const std::exception& e) {
-    throw InputError(path, "", "", std::string("is not a sweep database (") + e.what() + ")",
-                     "give the --out folder of a spikehunt sweep");
+    std::string why = e.what();
+    if (const size_t at = why.find(": sqlite: "); at != std::string::npos) why = why.substr(at + 10);  // its path is said
+    throw InputError(path, "", "", "is not a sweep database (" + why + ")", "give the --out folder of a spikehunt sweep");
   }
   return store;
 }
@@ -224,9 +308,8 @@ SweepStore::~SweepStore() {
 void SweepStore::exec(const std::string& sql) const {
   char* error = nullptr;
   if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-    const std::string why = error ? error : "unknown error";
     sqlite3_free(error);
-    throw std::runtime_error(why);
+    throw sqlite_failure(db_);
   }
 }
 
@@ -240,7 +323,7 @@ std::optional<BurstSummary> SweepStore::find(const std::string& config_hash) con
   Statement s(db_, "SELECT summary_json FROM runs WHERE config_hash = ? ORDER BY id LIMIT 1");
   s.bind(1, config_hash);
   if (!s.step()) return std::nullopt;
-  return summary_from_json(nlohmann::json::parse(s.text(0)), path_);
+  return summary_from_text(s.text(0), path_, "runs (config " + config_hash.substr(0, 12) + ").summary_json");
 }
 
 void SweepStore::add_run(RunRow row) {
@@ -259,6 +342,26 @@ void SweepStore::add_run(RunRow row) {
   s.bind(10, fault_signature(v)).bind(11, row.summary.first.input.hex()).bind(12, row.summary.first.labels.hex());
   s.bind(13, v.steps_run).bind(14, v.wall_seconds).bind(15, to_json(row.summary).dump());
   s.step();  // autocommit: one transaction per run
+  // Killed between the two, the held row stays beside the run: held() skips it.
+  Statement(db_, "DELETE FROM held WHERE config_hash = ?").bind(1, row.config_hash).step();
+}
+
+void SweepStore::hold(const std::string& config_hash, const BurstSummary& summary) {
+  BurstSummary s = summary;
+  s.step_hashes.clear();
+  Statement(db_, "INSERT OR REPLACE INTO held(config_hash, summary_json) VALUES(?, ?)")
+      .bind(1, config_hash)
+      .bind(2, to_json(s).dump())
+      .step();
+}
+
+std::vector<std::pair<std::string, BurstSummary>> SweepStore::held() const {
+  Statement s(db_, R"(SELECT config_hash, summary_json FROM held
+                      WHERE NOT EXISTS (SELECT 1 FROM runs WHERE runs.config_hash = held.config_hash)
+                      ORDER BY config_hash)");
+  std::vector<std::pair<std::string, BurstSummary>> out;
+  while (s.step()) out.emplace_back(s.text(0), summary_from_text(s.text(1), path_, "held (" + s.text(0).substr(0, 12) + ")"));
+  return out;
 }
 
 void SweepStore::add_runs(std::vector<RunRow> rows) {
@@ -295,7 +398,7 @@ std::vector<RunRow> SweepStore::runs(const std::string& kind) const {
     r.sample = s.text(2).empty() ? -1 : s.integer(2);
     r.config_json = s.text(3);
     r.config_hash = s.text(4);
-    r.summary = summary_from_json(nlohmann::json::parse(s.text(5)), path_);
+    r.summary = summary_from_text(s.text(5), path_, "runs (id " + std::to_string(r.id) + ").summary_json");
     out.push_back(std::move(r));
   }
   return out;

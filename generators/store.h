@@ -11,9 +11,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/record.h"
+#include "scenarios/config.h"
 
 struct sqlite3;
 
@@ -40,6 +42,14 @@ struct FailureRow {
   std::string replay;              // "reproduced" or the first mismatch
 };
 
+// A run row's stored texts read back strictly, as merge reads a shard's
+// rows before joining them: `summary_json` into a BurstSummary and
+// `config_json` into a TrainingConfig. Text that is not JSON, or JSON that
+// is not a summary or a valid config, is an InputError naming `file` (the
+// database) and `field` ("runs (sample 3).config_json"), OUT untouched.
+BurstSummary summary_from_text(const std::string& text, const std::string& file, const std::string& field);
+TrainingConfig config_from_text(const std::string& text, const std::string& file, const std::string& field);
+
 // The executable a sweep's bursts run: its version, LibTorch's, and a hash of
 // the file's bytes ("spikehunt 0.1.0 | LibTorch 1.13.0 | 3f2a...": 16 hex
 // digits of XXH3-128), so shards of one sweep can be checked to be one build.
@@ -65,10 +75,16 @@ class SweepStore {
   uint64_t seed() const { return seed_; }
   bool has_sample(int64_t sample, const std::string& kind = "search") const;  // a run of that kind with that sample
   std::optional<BurstSummary> find(const std::string& config_hash) const;  // the memo
-  void add_run(RunRow row);                                                 // one transaction
+  void add_run(RunRow row);  // one transaction; the run is no longer held (below)
   void add_runs(std::vector<RunRow> rows);                                  // one transaction for all
   std::vector<RunRow> runs(const std::string& kind) const;                  // in id order
   int64_t count(const std::string& kind) const;
+
+  // Bursts trained ahead of a shrink's decisions (memo.h: EvalCache::hold),
+  // committed as each finishes so that a killed sweep or merge trains none
+  // of them again; counted nowhere until a decision takes one (add_run).
+  void hold(const std::string& config_hash, const BurstSummary& summary);  // insert or replace
+  std::vector<std::pair<std::string, BurstSummary>> held() const;          // not in runs
 
   void put_failure(const FailureRow& f);  // insert or replace, one transaction
   std::optional<FailureRow> failure(const std::string& signature) const;
@@ -89,9 +105,12 @@ class SweepStore {
   sqlite3* db_ = nullptr;
 };
 
-// What a failure that shrank to an earlier one's minimal config records as
+// What a failure that shrank to an earlier one's minimal config recorded as
 // its FailureRow::replay ("one failure with SIGNATURE: it shrank to the same
-// minimal config"); with "" the prefix all such records start with.
+// minimal config"); with "" the prefix all such records start with. Only
+// databases of earlier builds hold such rows (a shrink now never leaves its
+// failure's fault signature, so two failures never meet); they are still
+// read and shown.
 std::string one_failure_with(const std::string& signature);
 
 }  // namespace spikehunt

@@ -20,6 +20,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/number_format.h"
+#include "base/out_lock.h"
 #include "generators/finish.h"
 #include "generators/gen.h"
 #include "generators/html_report.h"
@@ -51,7 +52,9 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
   }
   const bool sharded = o.shard_count > 1;
   const std::string dir = sharded ? shard_folder(o.out_dir, o.shard_index, o.shard_count) : o.out_dir;
+  const OutLock lock = OutLock::folder(dir, sharded ? "sweep --shard " + shard_text(o.shard_index, o.shard_count) : "sweep");
   fs::create_directories(dir + "/repros");
+  for (const std::string& d : {dir, dir + "/repros"}) remove_stale_temporaries(d);  // a killed writer's, under our lock
   SweepStore store(dir + "/sweep.db", o.space.to_json().dump(), o.seed);
   const std::string binary = o.binary.empty() ? self_executable() : o.binary;
   const std::string build = build_id(binary);

@@ -40,6 +40,7 @@ struct SweepOptions {
   std::string out_dir = "results/sweep";
   std::string binary;               // the spikehunt executable ("": this one)
   bool progress = true;             // a progress bar on a terminal
+  std::string junit_path;           // --junit: JUnit XML of the distinct failures ("": none)
   PoolOptions pool;                 // how bursts run (child.h): persistent workers by default
   ShrinkMethod shrinker = ShrinkMethod::kPasses;  // kTree: the shrinker before passes, to compare with
   // Sharding (`sweep --shard I/N`): this process searches the samples i with

@@ -164,6 +164,14 @@ double heldout_loss(Scenario& scenario, int64_t max_samples, int64_t* samples) {
   return n == 0 ? std::numeric_limits<double>::quiet_NaN() : sum / double(n);
 }
 
+int64_t heldout_samples(const TrainingConfig& config, int64_t max_samples) {
+  configure_runtime(config);
+  const std::unique_ptr<Scenario> scenario = make_scenario(config);
+  int64_t n = 0;
+  for (const Batch& b : scenario->heldout(max_samples)) n += b.inputs.size(0);
+  return n;
+}
+
 BurstSummary run_config_measured(const TrainingConfig& config, int64_t heldout_samples) {
   configure_runtime(config);
   std::unique_ptr<Scenario> scenario;

@@ -71,6 +71,9 @@ BurstResult run_config(const TrainingConfig& config, const BurstOptions& options
 // batch's loss is not finite, NaN when the scenario has no held-out data.
 // `samples` (optional) gets how many samples the batches held.
 double heldout_loss(Scenario& scenario, int64_t max_samples, int64_t* samples = nullptr);
+// How many held-out samples the config's data holds, up to `max_samples`
+// (its scenario built as a burst builds it; nothing trains).
+int64_t heldout_samples(const TrainingConfig& config, int64_t max_samples);
 
 // run_config, measuring RunMetrics around it: the held-out loss before and
 // after, the last training loss and the largest attention logit and log Z.

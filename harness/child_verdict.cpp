@@ -12,4 +12,6 @@ Verdict lost_child_verdict(const ChildExit& e, const std::string& log_path) {
   return v;
 }
 
+bool killed_from_outside(const ChildExit& e) { return e.signal != 0 && !e.timed_out; }
+
 }  // namespace spikehunt

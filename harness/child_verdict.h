@@ -13,4 +13,13 @@ namespace spikehunt {
 // ("signal 11 (Segmentation fault): ...").
 Verdict lost_child_verdict(const ChildExit& e, const std::string& log_path);
 
+// A child killed by a signal the pool did not send (its one is a timeout's
+// SIGKILL): the OOM killer, a preemption, an operator's kill, or the
+// training code's own segfault or abort. Such a burst is run once more in a
+// fresh worker before it is called crashed: an outside kill is not a finding.
+bool killed_from_outside(const ChildExit& e);
+// What a crashed verdict's message gets when the second run was killed too.
+inline constexpr const char* kKilledAgain =
+    " (killed again when run once more in a fresh worker: a crash that repeats on this config)";
+
 }  // namespace spikehunt

@@ -1,6 +1,7 @@
 #include "harness/guard.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -14,7 +15,9 @@
 #include "base/child.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "base/junit.h"
 #include "base/number_format.h"
+#include "base/out_lock.h"
 #include "harness/burst.h"
 #include "harness/child_verdict.h"
 #include "scenarios/catalog.h"
@@ -257,17 +260,30 @@ std::vector<GuardRun> guard_runs(const GuardSuite& suite, const GuardOptions& op
   }
   std::vector<GuardRun> runs(suite.cases.size());
   ChildPool pool(options.pool);
-  pool.run(specs, std::max(options.jobs, 1), [&](size_t i, const ChildExit& e) {
+  // A case killed by a signal the pool did not send runs once more (as a
+  // sweep's burst does: an outside kill is not a regression).
+  std::vector<size_t> again;
+  const auto ended = [&](size_t i, const ChildExit& e, bool second) {
     const std::string stem = work + "/case-" + std::to_string(i);
     GuardRun& r = runs[i];
     r.name = suite.cases[i].name;
     r.config = suite.cases[i].config;
     if (e.exit_code == 0 && e.signal == 0 && fs::exists(stem + ".result.json")) {
       r = guard_run_from_json(json::parse(read_file(stem + ".result.json")), stem + ".result.json", "result");
+    } else if (!second && killed_from_outside(e)) {
+      again.push_back(i);
     } else {
       r.summary.verdict = lost_child_verdict(e, stem + ".log");
+      if (second && killed_from_outside(e)) r.summary.verdict.message += kKilledAgain;
     }
-  });
+  };
+  pool.run(specs, std::max(options.jobs, 1), [&](size_t i, const ChildExit& e) { ended(i, e, false); });
+  if (!again.empty()) {
+    std::vector<ChildSpec> second;
+    for (size_t i : again) second.push_back(specs[i]);
+    const std::vector<size_t> of = again;
+    pool.run(second, std::max(options.jobs, 1), [&](size_t k, const ChildExit& e) { ended(of[k], e, true); });
+  }
   return runs;
 }
 
@@ -383,6 +399,7 @@ std::string loss_agreement(const GuardRun& base, const GuardRun& now) {
 int guard_record(const std::string& suite_path, const std::string& out, const std::vector<std::string>& overrides,
                  std::ostream& log, const GuardOptions& options) {
   const GuardSuite suite = load_guard_suite(suite_path, overrides);
+  const OutLock lock = OutLock::file(out, "guard record");  // one writer of the baseline
   log << "guard record: " << suite.cases.size() << " config(s) from " << suite_path << "\n";
   const std::vector<GuardRun> runs = guard_runs(suite, options);
   for (const GuardRun& r : runs) {
@@ -416,7 +433,9 @@ int guard_check(const std::string& suite_path, const std::string& baseline_path,
       << significant(suite.tolerances.loss_relative, 6) << " × |loss|), onset " << suite.tolerances.onset_steps
       << " step(s) earlier\n";
   int64_t regressed = 0;
+  const auto start = std::chrono::steady_clock::now();
   const std::vector<GuardRun> runs = guard_runs(suite, options);
+  JunitSuite junit{"spikehunt guard " + suite_path, 0, {{"suite", suite_path}, {"baseline", baseline_path}}, {}};
   for (size_t i = 0; i < suite.cases.size(); ++i) {
     const GuardCase& c = suite.cases[i];
     const GuardRun& base = *bases[i];
@@ -424,10 +443,18 @@ int guard_check(const std::string& suite_path, const std::string& baseline_path,
     const std::vector<GuardFinding> findings = guard_compare(base, now, suite.tolerances);
     const bool bad = std::any_of(findings.begin(), findings.end(), [](const GuardFinding& f) { return f.regression; });
     regressed += bad;
-    log << "  " << c.name << ": " << (bad ? "REGRESSION: " : "ok: ") << describe(now);
-    if (!bad) log << "; " << loss_agreement(base, now) << "; hash chain unchanged";
-    log << "\n";
-    for (const GuardFinding& f : findings) log << "      " << (f.regression ? "- " : "  note: ") << f.text << "\n";
+    std::string line = (bad ? "REGRESSION: " : "ok: ") + describe(now);
+    if (!bad) line += "; " + loss_agreement(base, now) + "; hash chain unchanged";
+    std::string detail;
+    for (const GuardFinding& f : findings) detail += std::string("      ") + (f.regression ? "- " : "  note: ") + f.text + "\n";
+    log << "  " << c.name << ": " << line << "\n" << detail;
+    junit.cases.push_back({c.name, "spikehunt.guard", now.summary.verdict.wall_seconds, bad ? line : "",
+                           bad ? to_string(now.summary.verdict.outcome) : "", bad ? detail : "", bad ? "" : line + "\n" + detail});
+  }
+  if (!options.junit_path.empty()) {
+    junit.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    write_file_atomic(options.junit_path, junit_xml(junit));
+    log << "junit: " << options.junit_path << "\n";
   }
   for (const GuardRun& r : baseline.runs) {
     const bool in_suite = std::any_of(suite.cases.begin(), suite.cases.end(), [&](const GuardCase& c) { return c.name == r.name; });

@@ -64,6 +64,7 @@ struct GuardOptions {
   int jobs = 1;                // cases at once
   double timeout_seconds = 0;  // per case; 0: none
   PoolOptions pool;
+  std::string junit_path;      // check: JUnit XML, a test case per config ("": none)
 };
 std::vector<GuardRun> guard_runs(const GuardSuite& suite, const GuardOptions& options);
 

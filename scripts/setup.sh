@@ -16,6 +16,7 @@ packages=(
   dataset-fashion-mnist fortunes
   libxxhash-dev nlohmann-json3-dev libcli11-dev libsqlite3-dev zlib1g-dev
   libjs-dygraphs chromium
+  libxml2-utils
   python3-torch python3-dev pybind11-dev python3-pytest python3-numpy
 )
 

@@ -70,28 +70,29 @@ TEST(Driver, SeedsAndSetsAreScannedNotBisected) {
   EXPECT_GT(r.implied, 0) << "lower learning rates than a healthy one are not run";
 }
 
-TEST(Driver, AShrinkThatReachesAnothersPathStopsThere) {
+TEST(Driver, AShrinkStaysWithinItsFaultSignature) {
+  // The planted pair: non-finite at fc1_act (momentum 0.5 to 0.8) and at
+  // fc2_logits (from 0.8). Each shrinks to its own boundary, and its
+  // minimal config fails as its start did.
   const SearchSpace s = planted_space();
-  const SpacePoint a = non_finite_start(s);
-  FunctionEvaluator evaluator(planted);
-  EvalCache cache;
-  Budget budget;
-  const ShrinkResult first = shrink(s, a, planted(s.config(a)), evaluator, cache, budget);
-  ASSERT_FALSE(first.path.empty());
-  EXPECT_EQ(first.path.back(), first.minimal);
-  std::set<SpacePoint> passed(first.path.begin(), first.path.end());
-  const SpacePoint b = other_non_finite_start(s, a);
-  EvalCache fresh;  // a memo of its own, so the bursts it saves are the stop's
-  FunctionEvaluator alone_evaluator(planted);
-  const ShrinkResult alone = shrink(s, b, planted(s.config(b)), alone_evaluator, fresh, budget);
-  EXPECT_FALSE(alone.joined);
-  EvalCache fresh2;
-  const ShrinkResult joined = shrink(s, b, planted(s.config(b)), alone_evaluator, fresh2, budget, {},
-                                     [&](const SpacePoint& p) { return passed.count(p) > 0; });
-  EXPECT_TRUE(joined.joined);
-  EXPECT_TRUE(passed.count(joined.minimal)) << "it stopped on the other's path";
-  EXPECT_LT(joined.evaluations, alone.evaluations);
-  EXPECT_EQ(alone.minimal, first.minimal) << "alone it ends where the other did";
+  FunctionEvaluator evaluator(planted_pair);
+  for (const std::string tensor : {"fc1_act", "fc2_logits"}) {
+    const SpacePoint start = far_point(s, [&](const TrainingConfig& c) {
+      const BurstSummary b = planted_pair(c);
+      return b.verdict.fault && b.verdict.fault->tensor == tensor;
+    });
+    EvalCache cache;
+    const ShrinkResult r = shrink(s, start, planted_pair(s.config(start)), evaluator, cache, Budget{});
+    const TrainingConfig minimal = s.config(r.minimal);
+    EXPECT_EQ(fault_signature(planted_pair(minimal).verdict), "non_finite:forward:" + tensor);
+    EXPECT_EQ(fault_signature(r.summary.verdict), "non_finite:forward:" + tensor);
+    EXPECT_EQ(minimal.optimizer.lr, 0.3) << tensor;
+    EXPECT_EQ(minimal.optimizer.momentum, tensor == "fc1_act" ? 0.5 : 0.8) << tensor;
+    for (const SpacePoint& p : r.path) {
+      EXPECT_EQ(fault_signature(planted_pair(s.config(p)).verdict), "non_finite:forward:" + tensor)
+          << "every step taken fails as the start did";
+    }
+  }
 }
 
 // The options finish_sweep gets for a sweep of two search runs over `s`.
@@ -105,32 +106,41 @@ SweepOptions two_run_sweep(const SearchSpace& s) {
   return o;
 }
 
-TEST(SweepFinish, FailuresThatShrinkToOneConfigAreOneFailure) {
-  // Two search runs, non-finite at fc1_act and at fc2_logits: the planted
-  // property shrinks both to lr 0.3, momentum 0.5.
+TEST(SweepFinish, NearbyFailuresShrinkEachToItsOwnMinimalConfig) {
+  // Two search runs of the planted pair, non-finite at fc1_act and at
+  // fc2_logits: each is a failure of its own with a minimal config that
+  // fails at its tensor (a shrink by class alone took fc2_logits to
+  // fc1_act's boundary and reported one failure).
   testing::TempDir dir;
   const SearchSpace s = planted_space();
   SweepStore store(dir.file("sweep.db"), s.to_json().dump(), 0);
   EvalCache cache(&store);
-  const SpacePoint a = non_finite_start(s);
-  const SpacePoint b = other_non_finite_start(s, a);
-  cache.add("search", 0, s.config(a), verdict_of(Outcome::kNonFinite, Stage::kForward, "fc1_act"));
-  cache.add("search", 1, s.config(b), verdict_of(Outcome::kNonFinite, Stage::kForward, "fc2_logits"));
-  const SweepOptions o = two_run_sweep(s);
-  FunctionEvaluator evaluator(planted);
+  const auto at = [&](const std::string& tensor) {
+    return far_point(s, [&](const TrainingConfig& c) {
+      const BurstSummary b = planted_pair(c);
+      return b.verdict.fault && b.verdict.fault->tensor == tensor;
+    });
+  };
+  const SpacePoint a = at("fc1_act"), b = at("fc2_logits");
+  cache.add("search", 0, s.config(a), planted_pair(s.config(a)));
+  cache.add("search", 1, s.config(b), planted_pair(s.config(b)));
+  SweepOptions o = two_run_sweep(s);
+  o.shrinker = ShrinkMethod::kPasses;
+  FunctionEvaluator evaluator(planted_pair);
   Budget budget;
   std::ostringstream out;
   finish_sweep(FinishContext{o, dir.path(), store, o.binary, evaluator, cache, budget, std::chrono::steady_clock::now(), 0}, out);
   const std::string text = out.str();
-  EXPECT_TRUE(testing::has(text, "2 distinct failure(s) by fault signature, 1 after shrinking (1 shrank to another's "
-                                 "minimal config)"))
-      << text;
-  const auto one = text.find("one failure with non_finite:forward:");
-  ASSERT_NE(one, std::string::npos) << text;
+  EXPECT_TRUE(testing::has(text, "2 distinct failure(s) by fault signature\n")) << text;
+  EXPECT_FALSE(testing::has(text, "one failure with")) << text;
   const std::vector<FailureRow> rows = store.failures();
   ASSERT_EQ(rows.size(), 2u);
-  EXPECT_EQ(rows[0].minimal_config_json, rows[1].minimal_config_json);
-  EXPECT_EQ(int(!rows[0].repro_path.empty()) + int(!rows[1].repro_path.empty()), 1) << "one repro for the one failure";
+  for (const FailureRow& f : rows) {
+    ASSERT_FALSE(f.minimal_config_json.empty()) << f.signature;
+    const TrainingConfig minimal = config_from_json(nlohmann::json::parse(f.minimal_config_json), "row");
+    EXPECT_EQ(fault_signature(planted_pair(minimal).verdict), f.signature) << "its minimal config fails as its title says";
+  }
+  EXPECT_NE(rows[0].minimal_config_json, rows[1].minimal_config_json);
 }
 
 TEST(Driver, AcceptsOnlyTheSameFailureClass) {
@@ -280,15 +290,10 @@ TEST(Driver, ShrinksRunAheadAtOnceChangeNothingTheShrinksInOrderFind) {
   for (const int64_t bursts : {int64_t(100), int64_t(9)}) {
     Budget budget;
     budget.evaluations = bursts;
-    // In order as a sweep does: a shrink that takes a point an earlier one took stops there.
+    // In order, as a sweep does.
     auto in_order = [&](Evaluator& evaluator, EvalCache& cache) {
-      std::set<SpacePoint> passed;
       std::vector<ShrinkResult> out;
-      for (const auto& [p, summary] : starts) {
-        out.push_back(shrink(s, p, summary, evaluator, cache, budget, {},
-                             [&](const SpacePoint& q) { return passed.count(q) > 0; }));
-        passed.insert(out.back().path.begin(), out.back().path.end());
-      }
+      for (const auto& [p, summary] : starts) out.push_back(shrink(s, p, summary, evaluator, cache, budget));
       return out;
     };
     EvalCache alone;

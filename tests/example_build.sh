@@ -18,7 +18,7 @@ expect() {  # expect CODE PATTERN -- command...   (the output stays in $out)
   local rc=0
   out=$("$@" 2>&1) || rc=$?
   [ "$rc" -eq "$code" ] || { echo "$out" | tail -n 40; fail "exit $rc, expected $code: $*"; }
-  echo "$out" | grep -qE -- "$pattern" || { echo "$out" | tail -n 40; fail "no /$pattern/ in the output of: $*"; }
+  grep -qE -- "$pattern" <<<"$out" || { echo "$out" | tail -n 40; fail "no /$pattern/ in the output of: $*"; }
   echo "ok: $* (exit $rc)"
 }
 

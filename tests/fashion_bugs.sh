@@ -17,7 +17,7 @@ expect 0 'no vital sign failed' -- "$app" doctor --config fashion.json
 expect 1 'most likely cause: the inputs are not normalized' -- "$app" doctor --config fashion.json --set params.bug=raw_pixels
 expect 2 'params.bug = "raw_pixel" is not one of' -- "$app" doctor --config fashion.json --set params.bug=raw_pixel
 expect 1 'cause      the output has 5 classes but a label is' -- "$app" run --config fashion.json --set params.bug=five_outputs --out "$work/runs"
-echo "$out" | grep -q 'verdict: crashed' || fail "run: a throw in the loss is a crashed verdict"
+grep -q 'verdict: crashed' <<<"$out" || fail "run: a throw in the loss is a crashed verdict"
 expect 0 '"passed": true' -- "$app" doctor --config fashion.json --json
 (cd "$work" && "$work/build/fashion_bugs_tests") || fail "the planted-bug suite"
 echo "fashion bugs: built against $work/prefix and passed"

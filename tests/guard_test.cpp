@@ -60,9 +60,15 @@ TEST(Guard, AnUnchangedBuildPassesBitIdentically) {
   EXPECT_EQ(int64_t(b.runs[0].losses.size()), b.runs[0].summary.verdict.steps_run);
   EXPECT_EQ(b.runs[0].summary.step_hashes.size(), b.runs[0].losses.size());
 
-  const auto ok = r.check();
+  const auto ok = r.check("--junit " + r.dir.file("guard.xml"));
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_TRUE(has(ok.output, "tiny: ok: healthy, 15 steps")) << ok.output;
+  // JUnit for a CI dashboard: a passing case per config.
+  EXPECT_EQ(testing::junit_problems(r.dir.file("guard.xml")), "");
+  const std::string xml = read_file(r.dir.file("guard.xml"));
+  EXPECT_TRUE(has(xml, R"(tests="2" failures="0")")) << xml;
+  EXPECT_TRUE(has(xml, R"(<testcase name="tiny" classname="spikehunt.guard")")) << xml;
+  EXPECT_TRUE(has(xml, R"(<testcase name="tiny-hot" classname="spikehunt.guard")")) << xml;
   EXPECT_TRUE(has(ok.output, "losses bit-identical; hash chain unchanged")) << ok.output;
   EXPECT_TRUE(has(ok.output, "no regression: 2 of 2 config(s)")) << ok.output;
 }
@@ -71,8 +77,13 @@ TEST(Guard, AHigherLearningRateIsARegression) {
   Recorded r;
   ASSERT_EQ(r.record().exit_code, 0);
   // The planted change: every config trains at lr 3 (tiny goes from healthy to non-finite).
-  const auto bad = r.check("--set optimizer.lr=3");
+  const auto bad = r.check("--set optimizer.lr=3 --junit " + r.dir.file("guard.xml"));
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_EQ(testing::junit_problems(r.dir.file("guard.xml")), "");
+  const std::string xml = read_file(r.dir.file("guard.xml"));
+  EXPECT_TRUE(has(xml, R"(<testcase name="tiny" classname="spikehunt.guard")")) << xml;
+  EXPECT_TRUE(has(xml, R"(<failure message="REGRESSION: non_finite)")) << xml;
+  EXPECT_TRUE(has(xml, "- verdict: healthy → non_finite at step")) << "the findings are the failure's text: " << xml;
   EXPECT_TRUE(has(bad.output, "tiny: REGRESSION: non_finite")) << bad.output;
   EXPECT_TRUE(has(bad.output, "- verdict: healthy → non_finite at step")) << bad.output;
   EXPECT_TRUE(has(bad.output, "- loss left its tolerance at ")) << bad.output;

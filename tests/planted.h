@@ -42,6 +42,16 @@ inline BurstSummary planted(const TrainingConfig& c) {
   return verdict_of(Outcome::kHealthy);
 }
 
+// A planted pair of nearby failures: planted()'s non-finite region split by
+// momentum — at fc2_logits from momentum 0.8 up, at fc1_act below it. A
+// shrink of the fc2_logits failure that took any non-finite candidate would
+// end at fc1_act's boundary (momentum 0.5).
+inline BurstSummary planted_pair(const TrainingConfig& c) {
+  BurstSummary s = planted(c);
+  if (s.verdict.fault && c.optimizer.momentum >= 0.8) s.verdict.fault->tensor = "fc2_logits";
+  return s;
+}
+
 // A start far from simplest: every dimension away from its simplest value.
 inline SpacePoint far_point(const SearchSpace& s, const std::function<bool(const TrainingConfig&)>& wanted) {
   for (uint64_t i = 0;; ++i) {

@@ -1,6 +1,7 @@
 // The reliability suite (issue 29): one case of every class of bad input a
 // user running nightly sweeps was seen to hit, each an exit 2 naming the
-// file or flag, the field and the value, and none a hang.
+// file or flag, the field and the value, and none a hang; one writer per
+// output; work trained ahead kept over a kill; a full disk said with its path.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,9 +18,14 @@
 #include "base/did_you_mean.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "base/junit.h"
+#include "base/out_lock.h"
 #include "cli/flags.h"
 #include "generators/evaluator.h"
+#include "generators/memo.h"
+#include "generators/store.h"
 #include "harness/guard.h"
+#include "harness/results.h"
 #include "harness/warnings.h"
 
 #include "test_util.h"
@@ -103,6 +109,20 @@ TEST(Reliability, LrSensitivityGridsAndSlurmVariablesThatCannotMeanWhatTheySay) 
                                   "--set dataset.synthetic_train_per_class=10 --set optimizer.lr=0.01 "
                                   "--set schedule.warmup_steps=100000 --out " + TempDir().path());
   EXPECT_TRUE(has(warm.output, "warning: schedule.warmup_steps = 100000 is longer than the run")) << warm.output;
+
+  // Held-out samples beyond the data, asked for: an error before anything trains or is written.
+  TempDir dir;
+  testing::write_bytes(dir.file("tiny.json"), R"({"model": {"kind": "mlp", "mlp_width": 8}, "threads": 1,
+    "dataset": {"synthetic_train_per_class": 10}, "batch_size": 8, "max_batches_per_epoch": 2})");
+  expect_bad_input(run_spikehunt("lr-sensitivity --config " + dir.file("tiny.json") + " --lrs 0.01 --heldout 100000000"
+                                 " --out " + dir.file("lr")),
+                   {"--heldout", "100000000", "is beyond the data: its held-out split holds"});
+  EXPECT_FALSE(std::filesystem::exists(dir.file("lr")));
+  // compare is for sweeps: an lr-sensitivity folder is named, not called "equal".
+  const auto lr = run_spikehunt("lr-sensitivity --config " + dir.file("tiny.json") + " --lrs 0.01 -j 1 --out " + dir.file("lr"));
+  ASSERT_EQ(lr.exit_code, 0) << lr.output;
+  expect_bad_input(run_spikehunt("compare " + dir.file("lr") + " " + dir.file("lr")),
+                   {dir.file("lr"), "is an lr-sensitivity folder, not a sweep's"});
 }
 
 // A warning raised every step is counted, not printed every step; a counter
@@ -200,6 +220,181 @@ TEST(Reliability, TruncatedReproAndBaselineFilesAreBadFiles) {
   b["verdict"]["onset_step"] = -4;
   write_file_atomic(dir.file("negative.repro.json"), b.dump());
   expect_bad_input(run_spikehunt("replay " + dir.file("negative.repro.json")), {"verdict.onset_step", "-4", "is negative"});
+}
+
+// One writer per output: a second process (or a second lock in this one) is
+// refused at once, exit 2, naming the holder; the holder's death (SIGKILL)
+// releases it.
+TEST(Reliability, OneWriterPerOutputAndTheLockGoesWithItsHolder) {
+  TempDir dir;
+  const std::string out = dir.file("out");
+  {
+    const OutLock held = OutLock::folder(out, "sweep");
+    EXPECT_TRUE(std::filesystem::exists(out + "/.lock"));
+    try {
+      OutLock::folder(out, "merge");
+      ADD_FAILURE() << "a second lock on one folder was taken";
+    } catch (const InputError& e) {
+      EXPECT_TRUE(has(e.what(), out + ": is being written by another spikehunt (sweep, pid " +
+                                    std::to_string(::getpid()) + " on host "))
+          << e.what();
+      EXPECT_TRUE(has(e.what(), "since ") && has(e.what(), "hint: ")) << e.what();
+    }
+    // Every verb that writes an output folder or file is refused while it is held.
+    testing::write_bytes(dir.file("space.json"), testing::tiny_space());
+    expect_bad_input(run_spikehunt("sweep --space " + dir.file("space.json") + " --runs 1 --no-progress --out " + out),
+                     {out, "is being written by another spikehunt (sweep, pid " + std::to_string(::getpid())});
+    expect_bad_input(run_spikehunt("lr-sensitivity --config " + testing::source_path("configs/gpt.json") +
+                                   " --lrs 0.01 --out " + out),
+                     {"is being written by another spikehunt"});
+    const OutLock baseline = OutLock::file(dir.file("baseline.json"), "guard record");
+    testing::write_bytes(dir.file("tiny.json"), R"({"model": {"kind": "mlp", "mlp_width": 16}})");
+    testing::write_bytes(dir.file("suite.json"), R"({"configs": [{"name": "a", "config": "tiny.json"}]})");
+    expect_bad_input(run_spikehunt("guard record --suite " + dir.file("suite.json") + " --out " + dir.file("baseline.json")),
+                     {dir.file("baseline.json"), "is being written by another spikehunt (guard record"});
+  }
+  EXPECT_FALSE(std::filesystem::exists(out + "/.lock")) << "released and removed";
+  EXPECT_FALSE(std::filesystem::exists(dir.file("baseline.json.lock")));
+  { const OutLock again = OutLock::folder(out, "sweep"); }
+
+  // Another process holds it (a POSIX lock, as Python's lockf takes), then is SIGKILLed.
+  const std::string ready = dir.file("ready");
+  const std::string holder = "/usr/bin/python3 -c \"import fcntl, os, time\n"
+                             "f = open('" + out + "/.lock', 'a+')\n"
+                             "fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+                             "f.truncate(0); f.write('sweep, pid %d on host elsewhere, since then' % os.getpid()); f.flush()\n"
+                             "open('" + ready + "', 'w').close()\n"
+                             "time.sleep(120)\" & echo $!";
+  FILE* p = ::popen(holder.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char pid_text[32] = {};
+  ASSERT_NE(std::fgets(pid_text, sizeof pid_text, p), nullptr);
+  ::pclose(p);
+  const pid_t pid = pid_t(std::atol(pid_text));
+  ASSERT_GT(pid, 0);
+  for (int i = 0; i < 200 && !std::filesystem::exists(ready); ++i) ::usleep(50000);
+  ASSERT_TRUE(std::filesystem::exists(ready)) << "the holder did not start";
+  try {
+    OutLock::folder(out, "sweep");
+    ADD_FAILURE() << "taken while another process holds it";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(has(e.what(), "(sweep, pid " + std::to_string(pid) + " on host elsewhere")) << e.what();
+  }
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  for (int i = 0; i < 100 && ::kill(pid, 0) == 0; ++i) ::usleep(50000);  // reaped by init: it was a shell's child
+  const OutLock after = OutLock::folder(out, "sweep");  // its lock went with it
+  EXPECT_TRUE(has(read_file(out + "/.lock"), "sweep, pid " + std::to_string(::getpid()))) << "the new holder says so";
+}
+
+// A burst trained ahead of a shrink's decisions is committed as held when it
+// finishes: a cache opened on the database again (a resume after a kill)
+// holds it without training it, and a decision that takes it moves it into
+// the runs.
+TEST(Reliability, BurstsTrainedAheadAreCommittedAndFoundAgainAfterAKill) {
+  TempDir dir;
+  const TrainingConfig config = default_config({"optimizer.lr=0.3"});
+  const std::string hash = config_hash(config).hex();
+  BurstSummary trained;
+  trained.verdict.outcome = Outcome::kExtreme;
+  trained.verdict.onset_rules = {"loss_limit"};
+  trained.verdict.steps_run = trained.verdict.planned_steps = 7;
+  SweepStore store(dir.file("sweep.db"), "{}", 0);
+  {
+    EvalCache killed(&store);
+    killed.hold(hash, trained);
+    EXPECT_EQ(killed.held(), 1);
+  }  // gone without a decision taking it
+  EvalCache resumed(&store);
+  const std::optional<BurstSummary> found = resumed.peek(hash);
+  ASSERT_TRUE(found.has_value()) << "held over the kill";
+  EXPECT_EQ(found->verdict.onset_rules, trained.verdict.onset_rules);
+  EXPECT_EQ(resumed.held(), 0) << "found held, not trained by this process";
+  EXPECT_EQ(store.count("shrink"), 0) << "held is counted nowhere";
+  ASSERT_TRUE(resumed.release(hash).has_value());
+  EXPECT_EQ(resumed.taken_from_earlier(), 1) << "the summary says it was not trained again";
+  resumed.add("shrink", -1, config, trained);
+  EXPECT_EQ(store.count("shrink"), 1);
+  EvalCache later(&store);
+  EXPECT_FALSE(later.peek(hash).has_value()) << "a run now, no longer held";
+  ASSERT_TRUE(later.find(hash).has_value());
+}
+
+// What a killed writer left half-written (a trace being recorded, an atomic
+// write's temporary) is removed by the next holder of the folder's lock;
+// anything else stays.
+TEST(Reliability, AKilledWritersHalfFilesAreRemovedByTheNextHolder) {
+  TempDir dir;
+  for (const char* name : {"f.trace.jsonl.partial", "sweep.json.tmp-4242", "notes.tmp-x", "f.repro.json"}) {
+    testing::write_bytes(dir.file(name), "half");
+  }
+  EXPECT_EQ(remove_stale_temporaries(dir.path()), 2);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("f.trace.jsonl.partial")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("sweep.json.tmp-4242")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("notes.tmp-x")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("f.repro.json")));
+}
+
+// A full disk is the machine's error (exit 3) naming the path, with what to
+// do; what was committed before stays. A real tmpfs of 320 KiB, filled, in a
+// mount namespace of the command's own (root, unshare -m).
+TEST(Reliability, AFullDiskNamesThePathAndSaysWhatToDo) {
+  EXPECT_TRUE(has(system_error_hint(ENOSPC), "full")) << system_error_hint(ENOSPC);
+  EXPECT_TRUE(has(system_error_hint(EROFS), "read-only"));
+  TempDir dir;
+  try {
+    write_file_atomic(dir.file("no/such/folder/x.json"), "{}");
+    ADD_FAILURE() << "written into a folder that does not exist";
+  } catch (const std::runtime_error& e) {
+    EXPECT_TRUE(has(e.what(), dir.file("no/such/folder/x.json") + ": cannot write")) << e.what();
+  }
+  if (std::system("unshare -m true 2>/dev/null") != 0) {
+    GTEST_SKIP() << "SKIPPED: this machine cannot make a mount namespace (unshare -m): no tmpfs to fill";
+  }
+  const std::string disk = dir.file("disk");
+  std::filesystem::create_directories(disk);
+  const std::string script = dir.file("full.sh");
+  testing::write_bytes(dir.file("space.json"), testing::tiny_space());
+  testing::write_bytes(script, "set -e\nmount -t tmpfs -o size=320k tmpfs " + disk + "\n" +
+                                   "dd if=/dev/zero of=" + disk + "/filler bs=1k count=304 2>/dev/null || true\n" +
+                                   "set +e\n" + SPIKEHUNT_BINARY + " sweep --space " + dir.file("space.json") +
+                                   " --runs 4 -j 1 --max-shrinks 0 --no-progress --out " + disk + "/out\n"
+                                   "echo \"exit=$?\"\n");
+  const auto r = testing::run_program("/usr/bin/unshare", "-m sh " + script);
+  EXPECT_TRUE(has(r.output, "exit=3")) << r.output;
+  EXPECT_TRUE(has(r.output, "error: " + disk + "/out")) << "the path: " << r.output;
+  EXPECT_TRUE(has(r.output, "hint: the disk") && has(r.output, "is full")) << r.output;
+  EXPECT_FALSE(has(r.output, "filesystem error:")) << "said in spikehunt's words: " << r.output;
+}
+
+// JUnit for CI dashboards: whatever a failure's text holds (a log's control
+// characters, bytes that are not UTF-8, markup), the document is valid
+// against the schema they read; --junit is checked before anything trains.
+TEST(Reliability, JunitIsValidWhateverTheTextAndItsFlagIsCheckedFirst) {
+  EXPECT_EQ(xml_escape("a<b & \"c\" 'd' >"), "a&lt;b &amp; &quot;c&quot; &apos;d&apos; &gt;");
+  EXPECT_EQ(xml_escape(std::string("bell\x07") + "\xff" + "ok\xc3\xa9"), "bell\xEF\xBF\xBD\xEF\xBF\xBDok\xc3\xa9");
+  EXPECT_EQ(xml_escape("two\nlines\ttab"), "two&#10;lines\ttab");
+  TempDir dir;
+  JunitSuite suite{"spikehunt sweep <odd> & \"name\"", 12.5, {{"seed", "0"}}, {}};
+  suite.cases.push_back({"non_finite:forward:fc1_act", "spikehunt.sweep", 0, "3 of 24 runs", "non_finite",
+                         std::string("log: \x1b[31mred\x1b[0m ]]> </failure> \xc0\x80 done\n"), ""});
+  suite.cases.push_back({"healthy", "spikehunt.guard", 1.25, "", "", "", "ok: healthy"});
+  write_file_atomic(dir.file("j.xml"), junit_xml(suite));
+  EXPECT_EQ(testing::junit_problems(dir.file("j.xml")), "");
+  const std::string xml = read_file(dir.file("j.xml"));
+  EXPECT_TRUE(has(xml, R"(tests="2" failures="1" errors="0" time="12.500")")) << xml;
+  // Broken on purpose, the schema says so: the check can fail.
+  write_file_atomic(dir.file("bad.xml"), "<testsuites><testsuite name=\"x\" tests=\"1\"></testsuite></testsuites>");
+  EXPECT_NE(testing::junit_problems(dir.file("bad.xml")), "") << "a suite without failures and errors counts";
+
+  expect_bad_input(run_spikehunt("sweep --runs 1 --junit " + dir.file("no/such/x.xml") + " --out " + dir.file("o")),
+                   {"--junit", dir.file("no/such/x.xml"), "folder that does not exist"});
+  expect_bad_input(run_spikehunt("sweep --runs 1 --junit " + dir.path() + " --out " + dir.file("o")),
+                   {"--junit", "is a folder"});
+  expect_bad_input(run_spikehunt("sweep --runs 2 --shard 0/2 --junit " + dir.file("x.xml") + " --out " + dir.file("o")),
+                   {"--junit", "a shard only searches", "give --junit to merge"});
+  expect_bad_input(run_spikehunt("guard record --suite s.json --out b.json --junit " + dir.file("x.xml")),
+                   {"--junit", "applies to guard check"});
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o"))) << "nothing written";
 }
 
 }  // namespace

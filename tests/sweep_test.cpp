@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fcntl.h>
@@ -97,6 +98,13 @@ TEST(SweepEndToEnd, FindsShrinksAndReplaysAFailure) {
   const Repro rp = read_repro(repro);
   ASSERT_TRUE(rp.checkpoint) << "a failing burst has a last healthy state";
   EXPECT_FALSE(rp.step_hashes.empty());
+  // The repro fails as its failure's title says (a shrink stays within its fault signature).
+  SweepStore store(out + "/sweep.db", SearchSpace::load(space).to_json().dump(), 0);
+  for (const FailureRow& f : store.failures()) {
+    if (f.repro_path.empty()) continue;
+    EXPECT_EQ(fault_signature(read_repro(f.repro_path).verdict), f.signature) << f.repro_path;
+    EXPECT_EQ(file_safe(f.signature) + ".repro.json", fs::path(f.repro_path).filename().string());
+  }
   // Replays from step 0 and from the checkpoint both reproduce it.
   const auto zero = run_spikehunt("replay " + repro);
   EXPECT_EQ(zero.exit_code, 0) << zero.output;
@@ -106,11 +114,22 @@ TEST(SweepEndToEnd, FindsShrinksAndReplaysAFailure) {
   EXPECT_EQ(ckpt.exit_code, 0) << ckpt.output;
   EXPECT_TRUE(has(ckpt.output, "from step " + std::to_string(rp.checkpoint->step))) << ckpt.output;
   EXPECT_TRUE(has(ckpt.output, "reproduced: ")) << ckpt.output;
-  // The same command again resumes: nothing is trained twice.
-  const auto again = run_spikehunt(command);
+  // The same command again resumes: nothing is trained twice. With --junit
+  // it writes a test case per distinct failure, in the JUnit CI dashboards read.
+  const auto again = run_spikehunt(command + " --junit " + dir.file("sweep.xml"));
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_TRUE(has(again.output, "resuming: 6 of 6 runs already in the database")) << again.output;
   EXPECT_TRUE(has(again.output, "bursts this invocation: 0 search, 0 shrink")) << again.output;
+  EXPECT_EQ(testing::junit_problems(dir.file("sweep.xml")), "");
+  const std::string xml = read_file(dir.file("sweep.xml"));
+  const size_t distinct = store.failures().size();
+  EXPECT_TRUE(has(xml, "tests=\"" + std::to_string(distinct) + "\" failures=\"" + std::to_string(distinct) + "\""))
+      << xml;
+  for (const FailureRow& f : store.failures()) {
+    EXPECT_TRUE(has(xml, "<testcase name=\"" + f.signature + "\" classname=\"spikehunt.sweep\"")) << xml;
+  }
+  EXPECT_TRUE(has(xml, "replay it: ")) << "the shrunk failure's replay command: " << xml;
+  EXPECT_TRUE(has(xml, "TEST(TrainingStability")) << xml;
 }
 
 TEST(SweepEndToEnd, AKilledSweepResumesWithoutLosingOrRepeatingARun) {
@@ -165,9 +184,14 @@ TEST(SweepEndToEnd, CrashingAndHangingChildrenBecomeVerdictsAndTheSweepGoesOn) {
     "base": {"model": {"kind": "mlp", "mlp_width": 16}, "dataset": {"synthetic_train_per_class": 20},
              "batch_size": 16, "max_batches_per_epoch": 2, "threads": 1, "optimizer": {"lr": 0.01}},
     "dimensions": {"seed": {"range": [0, 3]}}})");
-  // A stand-in for spikehunt whose bursts segfault for seed 1 and hang for seed 2.
+  // A stand-in for spikehunt whose bursts segfault for seed 1 and hang for
+  // seed 2, and whose first burst of seed 0 is killed as an outside kill
+  // (the OOM killer, a preemption) would.
   const std::string fake = dir.file("fake-spikehunt");
+  const std::string once = dir.file("killed-once");
   testing::write_bytes(fake, std::string("#!/bin/sh\n") +
+                                 "if [ \"$1\" = burst ] && grep -q '\"seed\": 0,' \"$3\" && [ ! -e " + once +
+                                 " ]; then touch " + once + "; kill -KILL $$; fi\n"
                                  "if [ \"$1\" = burst ] && grep -q '\"seed\": 1,' \"$3\"; then kill -SEGV $$; fi\n"
                                  "if [ \"$1\" = burst ] && grep -q '\"seed\": 2,' \"$3\"; then exec sleep 60; fi\n"
                                  "exec " + SPIKEHUNT_BINARY + " \"$@\"\n");
@@ -198,6 +222,7 @@ TEST(SweepEndToEnd, CrashingAndHangingChildrenBecomeVerdictsAndTheSweepGoesOn) {
     if (seed == 1) {
       EXPECT_EQ(v.outcome, Outcome::kCrashed) << v.message;
       EXPECT_TRUE(has(v.message, "signal 11")) << v.message;
+      EXPECT_TRUE(has(v.message, "killed again when run once more in a fresh worker")) << v.message;
     } else if (seed == 2) {
       EXPECT_EQ(v.outcome, Outcome::kTimeout) << v.message;
     } else {
@@ -206,6 +231,18 @@ TEST(SweepEndToEnd, CrashingAndHangingChildrenBecomeVerdictsAndTheSweepGoesOn) {
   }
   EXPECT_TRUE(has(text.str(), "crashed")) << text.str();
   EXPECT_TRUE(has(text.str(), "timeout")) << text.str();
+  // The outside kill was run once more (its verdict healthy, above) and
+  // said; the segfaults were run twice each and are crashed.
+  EXPECT_TRUE(fs::exists(once)) << "the premise: a seed-0 burst was killed";
+  const std::vector<RunRow> runs = store.runs("search");
+  const int64_t segfaulting = std::count_if(runs.begin(), runs.end(), [](const RunRow& r) {
+    return json::parse(r.config_json)["seed"].get<uint64_t>() == 1;
+  });
+  EXPECT_TRUE(has(text.str(), std::to_string(segfaulting + 1) + " burst(s) killed by a signal spikehunt did not send ("))
+      << text.str();
+  EXPECT_TRUE(has(text.str(), "1x signal 9 (Killed)")) << text.str();
+  EXPECT_TRUE(has(text.str(), std::to_string(segfaulting) + "x signal 11 (Segmentation fault)")) << text.str();
+  EXPECT_TRUE(has(text.str(), std::to_string(segfaulting) + " killed again: crashed")) << text.str();
 }
 
 TEST(SweepEndToEnd, TheFirstSampleOfAFailureDoesNotDependOnTheJobCount) {

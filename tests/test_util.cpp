@@ -109,6 +109,15 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+std::string junit_problems(const std::string& path) {
+  if (std::system("command -v xmllint >/dev/null 2>&1") != 0) {
+    return "xmllint is not installed (scripts/setup.sh installs libxml2-utils)";
+  }
+  const CommandResult r =
+      run_program("xmllint", "--noout --schema " + source_path("tests/schemas/junit.xsd") + " " + path);
+  return r.exit_code == 0 ? "" : r.output;
+}
+
 bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
 std::string tiny_space(const std::string& extra_dimensions) {

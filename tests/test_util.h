@@ -54,6 +54,10 @@ CommandResult run_program(const std::string& program, const std::string& args); 
 
 std::string source_path(const std::string& relative);  // path inside the repository
 
+// "" when the XML file at `path` is valid JUnit as CI dashboards read it
+// (xmllint against tests/schemas/junit.xsd), else xmllint's complaint.
+std::string junit_problems(const std::string& path);
+
 // A small fast search space: a tiny MLP on 40 synthetic images a class, a few
 // steps, momentum 0.9; learning rates up to 8 diverge. `extra_dimensions`
 // ("\"key\": {...},") come before the learning rate.

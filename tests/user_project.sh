@@ -13,14 +13,14 @@ cd "$src/examples/user_project"
 app="$work/build/spirals"
 expect 0 '"head_lr": 0.01' -- "$app" run --config spirals.json --print-config
 expect 0 'scenario "spirals" \(4,547 parameters, 70 steps' -- "$app" run --config spirals.json --no-checkpoints --out "$work/results"
-echo "$out" | grep -q 'params   head_lr=0.01 label_smoothing=0.05 width=64' || fail "run shows the declared params"
-echo "$out" | grep -q 'verdict: healthy after 70 of 70 steps' || fail "two batches an optimizer step: 70 steps"
+grep -q 'params   head_lr=0.01 label_smoothing=0.05 width=64' <<<"$out" || fail "run shows the declared params"
+grep -q 'verdict: healthy after 70 of 70 steps' <<<"$out" || fail "two batches an optimizer step: 70 steps"
 expect 2 'params.widht = 8 is not a parameter of scenario "spirals"' -- "$app" run --config spirals.json --set params.widht=8
 expect 2 'scenario = "spiral" is not a registered scenario \(standard, spirals\)' -- "$app" run --config spirals.json --set scenario=spiral
 expect 0 'no vital sign failed' -- "$app" doctor --config spirals.json
 expect 1 'replay: reproduced' -- "$app" sweep --space spirals_hot_space.json --runs 4 -j 2 --shrink-bursts 10 --out "$work/sweep" --no-progress
-echo "$out" | grep -qE 'replay it: [^ ]*spirals replay ' || fail "the sweep's replay command names the user's program"
-echo "$out" | grep -qE '^  params.head_lr +\[' || fail "the per-factor table has the user's own knob"
+grep -qE 'replay it: [^ ]*spirals replay ' <<<"$out" || fail "the sweep's replay command names the user's program"
+grep -qE '^  params.head_lr +\[' <<<"$out" || fail "the per-factor table has the user's own knob"
 # The draft regression test, pasted into a test file of the user's next to their include.
 {
   echo '#include "spirals.h"'

@@ -68,10 +68,16 @@ TEST(Workers, ACrashAbortExitOrHangKillsOnlyItsWorkerAndAFreshOneRunsTheNext) {
   EXPECT_EQ(s[0].verdict.hash_chain, s[2].verdict.hash_chain);
   EXPECT_EQ(s[0].verdict.hash_chain, s[6].verdict.hash_chain);
   const PoolStats& p = workers.pool_stats();
-  EXPECT_EQ(p.jobs, 7);
+  // A burst killed by a signal runs once more in a fresh worker (an outside
+  // kill is not a finding): the segfault and the abort twice, and killed
+  // again, crashed. The hang (the pool's own kill) and the exit run once.
+  EXPECT_EQ(p.jobs, 9);
   EXPECT_EQ(p.processes, 0);
-  EXPECT_EQ(p.lost, 4) << "segfault, abort, hang, exit";
-  EXPECT_EQ(p.workers_started, 5) << "the first, and one after each lost worker";
+  EXPECT_EQ(p.lost, 6) << "segfault and abort twice each, hang, exit";
+  EXPECT_EQ(p.workers_started, 7) << "the first, and one after each lost worker";
+  EXPECT_EQ(workers.retries().retried, 2);
+  EXPECT_EQ(workers.retries().repeated, 2);
+  EXPECT_EQ(workers.retries().by_cause.size(), 2u) << "signal 11 and signal 6";
 
   // The same verdicts from a process a burst (the old path).
   PoolOptions processes;
@@ -82,7 +88,7 @@ TEST(Workers, ACrashAbortExitOrHangKillsOnlyItsWorkerAndAFreshOneRunsTheNext) {
   EXPECT_EQ(o[1].verdict.outcome, Outcome::kCrashed);
   EXPECT_TRUE(has(o[1].verdict.message, "signal 11")) << o[1].verdict.message;
   EXPECT_TRUE(has(o[2].verdict.message, "signal 6")) << o[2].verdict.message;
-  EXPECT_EQ(old.pool_stats().processes, 3);
+  EXPECT_EQ(old.pool_stats().processes, 5) << "the segfault and the abort run twice";
   EXPECT_EQ(old.pool_stats().workers_started, 0);
 }
 
@@ -228,6 +234,7 @@ TEST(Workers, GuardRunsThroughWorkersSoASegfaultInTheUsersCodeIsARegressionWithA
   EXPECT_TRUE(has(r.output, "other: REGRESSION: crashed")) << r.output;
   EXPECT_TRUE(has(r.output, "verdict: healthy → crashed")) << r.output;
   EXPECT_TRUE(has(r.output, "signal 11")) << r.output;
+  EXPECT_TRUE(has(r.output, "killed again when run once more")) << "a signal is run once more: " << r.output;
   EXPECT_TRUE(has(r.output, "2 of 2 config(s) got less stable")) << r.output;
   // A hang past --timeout is a timeout regression, and the next case still runs.
   r = check("--timeout 5 --set 'params.fault=\"hang\"'");
