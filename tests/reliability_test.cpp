@@ -358,12 +358,20 @@ TEST(Reliability, AFullDiskNamesThePathAndSaysWhatToDo) {
                                    "dd if=/dev/zero of=" + disk + "/filler bs=1k count=304 2>/dev/null || true\n" +
                                    "set +e\n" + SPIKEHUNT_BINARY + " sweep --space " + dir.file("space.json") +
                                    " --runs 4 -j 1 --max-shrinks 0 --no-progress --out " + disk + "/out\n"
-                                   "echo \"exit=$?\"\n");
+                                   "echo \"exit=$?\"\n"
+                                   // and a read-only one
+                                   "umount " + disk + "\nmount -t tmpfs -o ro,size=64k tmpfs " + disk + "\n" +
+                                   SPIKEHUNT_BINARY + " sweep --space " + dir.file("space.json") +
+                                   " --runs 1 --no-progress --out " + disk + "/ro\n"
+                                   "echo \"ro exit=$?\"\n");
   const auto r = testing::run_program("/usr/bin/unshare", "-m sh " + script);
   EXPECT_TRUE(has(r.output, "exit=3")) << r.output;
   EXPECT_TRUE(has(r.output, "error: " + disk + "/out")) << "the path: " << r.output;
   EXPECT_TRUE(has(r.output, "hint: the disk") && has(r.output, "is full")) << r.output;
   EXPECT_FALSE(has(r.output, "filesystem error:")) << "said in spikehunt's words: " << r.output;
+  EXPECT_TRUE(has(r.output, "ro exit=3")) << r.output;
+  EXPECT_TRUE(has(r.output, "error: " + disk + "/ro: cannot create the folder: Read-only file system")) << r.output;
+  EXPECT_TRUE(has(r.output, "hint: the filesystem is read-only")) << r.output;
 }
 
 // JUnit for CI dashboards: whatever a failure's text holds (a log's control
