@@ -287,6 +287,8 @@ SweepFacts read_sweep(const std::string& dir) {
                      "report " + dir + " shows it)");
   }
   for (RunRow& r : f.store->runs("search")) {
+    // A damaged row is named, not compared by its hash alone and called equal.
+    config_from_text(r.config_json, f.store->path(), "runs (sample " + std::to_string(r.sample) + ").config_json");
     f.environments.insert(r.summary.environment ? environment_key(*r.summary.environment) : "(not recorded)");
     f.runs[r.sample] = std::move(r);
   }

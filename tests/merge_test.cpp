@@ -139,6 +139,10 @@ TEST(MergeEndToEnd, OddShardsAreRefusedAndMissingSamplesNamed) {
               has(bad_row.output, ").config_json = {not json is not JSON"))
       << bad_row.output;
   EXPECT_FALSE(fs::exists(dir.file("m3"))) << "OUT untouched";
+  // compare reads each row it compares: the damaged one is named, not called equal.
+  const auto cmp_bad = run_spikehunt("compare " + s1 + " " + s1);
+  EXPECT_EQ(cmp_bad.exit_code, 2) << cmp_bad.output;
+  EXPECT_TRUE(has(cmp_bad.output, ").config_json = {not json is not JSON")) << cmp_bad.output;
 }
 
 TEST(Shard, TheSlurmArrayVariablesGiveTheShard) {
