@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <stdexcept>
 #include <sys/stat.h>
 #include <vector>
@@ -85,8 +86,14 @@ class PathTracker : public nlohmann::json_sax<nlohmann::json> {
   }
   bool key(string_t& k) override {
     frames_.back().key = k;
+    if (!frames_.back().keys.insert(k).second) {  // JSON keeps the last silently: a key twice is an edit gone wrong
+      duplicate_ = path();
+      return false;
+    }
     return true;
   }
+  const std::string& duplicate() const { return duplicate_; }  // the path of a key given twice, or ""
+
   bool end_object() override { return close(); }
   bool start_array(std::size_t) override {
     frames_.push_back({true, 0, ""});
@@ -100,6 +107,7 @@ class PathTracker : public nlohmann::json_sax<nlohmann::json> {
     bool array;
     size_t count;  // elements done, for an array
     std::string key;
+    std::set<std::string> keys = {};  // an object's keys so far
   };
   bool value() {
     if (!frames_.empty() && frames_.back().array) ++frames_.back().count;
@@ -110,13 +118,23 @@ class PathTracker : public nlohmann::json_sax<nlohmann::json> {
     return value();
   }
   std::vector<Frame> frames_;
+  std::string duplicate_;
 };
 
 }  // namespace
 
 nlohmann::json parse_json_text(const std::string& text, const std::string& path, const std::string& hint) {
   try {
-    return nlohmann::json::parse(text);
+    nlohmann::json j = nlohmann::json::parse(text);
+    if (text.size() <= (size_t{16} << 20)) {  // configs, spaces, suites, rules: a second, key-only pass
+      PathTracker tracker;
+      nlohmann::json::sax_parse(text, &tracker);
+      if (!tracker.duplicate().empty()) {
+        throw InputError(path, tracker.duplicate(), "", "is given twice in one object (JSON would keep the last alone)",
+                         "remove one of them");
+      }
+    }
+    return j;
   } catch (const nlohmann::json::parse_error& e) {
     std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 3, ..."
     const size_t close = what.find("] ");

@@ -83,6 +83,9 @@ void check_positive(const char* verb, const char* flag, int64_t v) {
 void apply_finish_args(const char* verb, const FinishArgs& a, SweepOptions* o) {
   check_positive(verb, "-j", a.jobs);
   check_positive(verb, "--shrink-bursts", a.shrink_bursts);
+  if (a.max_shrinks < 0) {
+    throw flag_error(verb, "--max-shrinks", std::to_string(a.max_shrinks), "must be at least 0", "0 shrinks none");
+  }
   o->jobs = a.jobs;
   o->timeout_seconds = parse_duration(a.timeout, verb, "--timeout");
   o->budget_seconds = a.budget.empty() ? 0 : parse_duration(a.budget, verb, "--budget");

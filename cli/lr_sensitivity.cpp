@@ -57,7 +57,7 @@ std::vector<double> parse_lrs(const std::string& text, const char* verb) {
 LrVary parse_vary(const std::string& text) {
   const size_t eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 >= text.size()) {
-    throw InputError("--vary", "", text, "is not FIELD=V1,V2,...", "e.g. --vary model.gpt.qk_layernorm=false,true");
+    throw InputError("--vary", text, "", "is not FIELD=V1,V2,...", "e.g. --vary model.gpt.qk_layernorm=false,true");
   }
   LrVary v;
   v.field = text.substr(0, eq);

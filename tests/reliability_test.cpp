@@ -84,6 +84,20 @@ TEST(Reliability, FlagsAreBoundedLikeTheFieldsTheyStandFor) {
   // A whole number past the field's range says so (it is an integer, just too large).
   expect_bad_input(run_spikehunt("run --set schedule.warmup_steps=1e12"),
                    {"schedule.warmup_steps", "is not in [0, 1000000000]"});
+  expect_bad_input(run_spikehunt("sweep --max-shrinks -2 --out " + TempDir().path()), {"--max-shrinks", "-2", "at least 0"});
+  expect_bad_input(run_spikehunt("lr-sensitivity --config " + gpt + " --vary model.kind"),
+                   {"--vary", "model.kind is not FIELD=V1,V2,..."});
+  // A key given twice (JSON keeps the last one silently): named, in a nested object too.
+  TempDir dir;
+  testing::write_bytes(dir.file("twice.json"), R"({"seed": 1, "optimizer": {"lr": 0.1, "momentum": 0.9, "lr": 0.2}})");
+  expect_bad_input(run_spikehunt("run --config " + dir.file("twice.json")),
+                   {dir.file("twice.json"), "optimizer.lr is given twice in one object"});
+  testing::write_bytes(dir.file("list.json"), R"({"dimensions": {"seed": {"set": [{"a": 1}, {"a": 2}]}}})");
+  try {
+    parse_json_text(read_file(dir.file("list.json")), dir.file("list.json"), "");  // the same key in two objects is fine
+  } catch (const InputError& e) {
+    ADD_FAILURE() << e.what();
+  }
 }
 
 TEST(Reliability, LrSensitivityGridsAndSlurmVariablesThatCannotMeanWhatTheySay) {
