@@ -65,8 +65,9 @@ LrVary parse_vary(const std::string& text) {
     if (value.empty()) throw InputError("--vary", v.field, text, "has an empty value", "separate values by single commas");
     v.values.push_back(value);
   }
+  const json defaults = config_to_json(TrainingConfig{});
   for (const std::string& value : v.values) {  // each value must be one the field takes
-    json j = config_to_json(TrainingConfig{});
+    json j = defaults;
     try {
       apply_overrides(j, {v.field + "=" + value});
     } catch (const InputError& e) {

@@ -237,10 +237,18 @@ std::string failure_text(const FinishContext& c, const FailureGroup& g, const Fa
 }
 
 
-// Prints the rates, the per-factor table and every distinct failure; returns
-// how many search runs failed.
+// The stored row of a distinct failure (its shrink, repro and replay), or
+// null when it has none yet.
+const FailureRow* stored_row(const std::vector<FailureRow>& rows, const std::string& signature) {
+  const auto row = std::find_if(rows.begin(), rows.end(), [&](const FailureRow& f) { return f.signature == signature; });
+  return row == rows.end() ? nullptr : &*row;
+}
+
+// Prints the rates, the per-factor table and every distinct failure (`rows`:
+// the store's failures); returns how many search runs failed.
 int64_t print_summary(const FinishContext& c, const std::vector<RunRow>& searched,
-                      const std::vector<FailureGroup>& ordered, int64_t shrink_bursts, std::ostream& out) {
+                      const std::vector<FailureGroup>& ordered, const std::vector<FailureRow>& rows,
+                      int64_t shrink_bursts, std::ostream& out) {
   const SweepOptions& o = c.options;
   SweepStore& store = c.store;
   const int64_t search_bursts = c.search_bursts;
@@ -277,7 +285,6 @@ int64_t print_summary(const FinishContext& c, const std::vector<RunRow>& searche
                   percent(flo).c_str(), percent(fhi).c_str());
     out << line;
   }
-  const std::vector<FailureRow> rows = store.failures();
   int64_t folded = 0;
   for (const FailureRow& f : rows) folded += f.replay.rfind(one_failure_with(""), 0) == 0;
   out << "\n" << rows.size() << " distinct failure(s) by fault signature";
@@ -285,8 +292,8 @@ int64_t print_summary(const FinishContext& c, const std::vector<RunRow>& searche
   out << "\n";
   int index = 0;
   for (const FailureGroup& g : ordered) {
-    const auto row = std::find_if(rows.begin(), rows.end(), [&](const FailureRow& f) { return f.signature == g.signature; });
-    if (row == rows.end()) continue;
+    const FailureRow* row = stored_row(rows, g.signature);
+    if (row == nullptr) continue;
     out << "\n" << ++index << ". " << failure_title(g, n) << "\n" << failure_text(c, g, *row);
   }
   return failed;
@@ -296,7 +303,7 @@ int64_t print_summary(const FinishContext& c, const std::vector<RunRow>& searche
 // what the summary says under it the text), or one passing case when no
 // search run failed; written whole or not at all.
 void write_sweep_junit(const FinishContext& c, const std::vector<RunRow>& searched,
-                       const std::vector<FailureGroup>& ordered) {
+                       const std::vector<FailureGroup>& ordered, const std::vector<FailureRow>& rows) {
   const SweepOptions& o = c.options;
   JunitSuite suite;
   suite.name = "spikehunt sweep " + c.dir;
@@ -304,10 +311,9 @@ void write_sweep_junit(const FinishContext& c, const std::vector<RunRow>& search
   suite.properties = {{"space", o.space_source}, {"seed", std::to_string(o.seed)}, {"runs", std::to_string(o.runs)},
                       {"database", c.store.path()}};
   const int64_t n = int64_t(searched.size());
-  const std::vector<FailureRow> rows = c.store.failures();
   for (const FailureGroup& g : ordered) {
-    const auto row = std::find_if(rows.begin(), rows.end(), [&](const FailureRow& f) { return f.signature == g.signature; });
-    if (row == rows.end()) continue;
+    const FailureRow* row = stored_row(rows, g.signature);
+    if (row == nullptr) continue;
     const std::string cls = failure_class(g.first.summary.verdict);
     suite.cases.push_back({g.signature, "spikehunt.sweep", 0, failure_title(g, n), cls.substr(0, cls.find(':')),
                            failure_text(c, g, *row), ""});
@@ -339,9 +345,10 @@ int finish_sweep(const FinishContext& c, std::ostream& out) {
   const std::vector<FailureGroup> ordered = distinct_failures(c, &searched);
   Shrunk shrunk = shrink_failures(c, ordered, progress, out);
   record_repros(c, shrunk.to_record, progress);
-  const int64_t failed = print_summary(c, searched, ordered, shrunk.bursts, out);
+  const std::vector<FailureRow> rows = c.store.failures();
+  const int64_t failed = print_summary(c, searched, ordered, rows, shrunk.bursts, out);
   if (!c.options.junit_path.empty()) {
-    write_sweep_junit(c, searched, ordered);
+    write_sweep_junit(c, searched, ordered, rows);
     out << "\njunit: " << c.options.junit_path << "\n";
   }
   remove_if_empty(c.dir + "/work");

@@ -88,10 +88,6 @@ Shard open_shard(const std::string& dir) {
   return s;
 }
 
-std::string shortened(const std::string& text, size_t max = 60) {
-  return text.size() <= max ? text : text.substr(0, max) + "...";
-}
-
 // Every shard must agree on `field` with the most common value; the first odd one is named.
 void check_agree(const std::vector<Shard>& shards, const std::string& field) {
   std::map<std::string, int> votes;
@@ -175,15 +171,8 @@ int run_merge(const MergeOptions& m, std::ostream& out) {
 
   // ---- every row the join takes is read first: a bad one leaves OUT untouched ----
   const std::string space_json = shards.front().facts["space"];
-  auto parsed = [](const std::string& text, const std::string& file, const std::string& field) {
-    const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
-      throw InputError(file, field, shortened(text), "is not JSON", "the database is damaged: run the shard again");
-    }
-    return j;
-  };
   SweepOptions o = m.sweep;
-  o.space = SearchSpace::from_json(parsed(space_json, shards.front().store->path(), "space"),
+  o.space = SearchSpace::from_json(json_from_text(space_json, shards.front().store->path(), "space"),
                                    shards.front().store->path());
   for (const Shard& s : shards) {
     for (const RunRow& r : s.runs) {

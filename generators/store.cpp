@@ -178,10 +178,7 @@ bool on_network_filesystem(const std::string& path) {
 
 }  // namespace
 
-namespace {
-
-// The JSON of a stored text, or an InputError: the database is damaged.
-nlohmann::json stored_json(const std::string& text, const std::string& file, const std::string& field) {
+nlohmann::json json_from_text(const std::string& text, const std::string& file, const std::string& field) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     throw InputError(file, field, text.size() > 60 ? text.substr(0, 57) + "..." : text, "is not JSON",
@@ -190,14 +187,12 @@ nlohmann::json stored_json(const std::string& text, const std::string& file, con
   return j;
 }
 
-}  // namespace
-
 BurstSummary summary_from_text(const std::string& text, const std::string& file, const std::string& field) {
-  return summary_from_json(stored_json(text, file, field), file + ": " + field);
+  return summary_from_json(json_from_text(text, file, field), file + ": " + field);
 }
 
 TrainingConfig config_from_text(const std::string& text, const std::string& file, const std::string& field) {
-  return config_from_json(stored_json(text, file, field), file + ": " + field);
+  return config_from_json(json_from_text(text, file, field), file + ": " + field);
 }
 
 std::string build_id(const std::string& executable) {

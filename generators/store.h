@@ -42,11 +42,13 @@ struct FailureRow {
   std::string replay;              // "reproduced" or the first mismatch
 };
 
-// A run row's stored texts read back strictly, as merge reads a shard's
-// rows before joining them: `summary_json` into a BurstSummary and
+// A stored text read back strictly, as merge reads a shard's rows before
+// joining them: as JSON, `summary_json` into a BurstSummary and
 // `config_json` into a TrainingConfig. Text that is not JSON, or JSON that
 // is not a summary or a valid config, is an InputError naming `file` (the
-// database) and `field` ("runs (sample 3).config_json"), OUT untouched.
+// database), `field` ("runs (sample 3).config_json") and the text's first
+// 57 characters, OUT untouched.
+nlohmann::json json_from_text(const std::string& text, const std::string& file, const std::string& field);
 BurstSummary summary_from_text(const std::string& text, const std::string& file, const std::string& field);
 TrainingConfig config_from_text(const std::string& text, const std::string& file, const std::string& field);
 

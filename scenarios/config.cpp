@@ -896,7 +896,7 @@ void apply_override(json& j, const std::string& item) {
         for (auto s = schema->begin(); s != schema->end(); ++s) names.push_back(s.key());
       }
       const std::string near = closest(part, names);
-      throw InputError("--set", walked, "", "is not a config field",
+      throw InputError("--set", walked, "", walked == key ? "is not a config field" : "is not a config field (in " + item + ")",
                        near.empty() ? "see configs/default.json for the fields" : "did you mean \"" + near + "\"?");
     }
     schema = &*it;

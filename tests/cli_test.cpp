@@ -196,7 +196,7 @@ TEST(CliConventions, EverySetProblemIsReportedAtOnce) {
   TempDir out;
   const auto r = run_spikehunt("run --set optimizr.momentum=0.5 --set optimizer.lr=-0.05 --out " + out.path());
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_TRUE(has(r.output, "error: --set: optimizr is not a config field\nhint: did you mean \"optimizer\"?"))
+  EXPECT_TRUE(has(r.output, "error: --set: optimizr is not a config field (in optimizr.momentum=0.5)\nhint: did you mean \"optimizer\"?"))
       << r.output;
   EXPECT_TRUE(has(r.output, "(with --set): optimizer.lr = -0.05 is not in (0, 10]")) << r.output;
   EXPECT_TRUE(entries(out.path()).empty());

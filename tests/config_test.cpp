@@ -195,7 +195,10 @@ TEST(Config, OverridesSetNestedFieldsListsAndBareWords) {
 }
 
 TEST(Config, BadOverridesAreErrorsNamingSet) {
-  EXPECT_NE(override_error({"optimizr.lr=1"}).find("error: --set: optimizr is not a config field"), std::string::npos);
+  EXPECT_NE(override_error({"optimizr.lr=1"}).find("error: --set: optimizr is not a config field (in optimizr.lr=1)"),
+            std::string::npos);
+  EXPECT_NE(override_error({"optimizer.lrr=1"}).find("error: --set: optimizer.lrr is not a config field\n"),
+            std::string::npos);  // the whole path named: no "(in ...)"
   EXPECT_NE(override_error({"optimizr.lr=1"}).find("did you mean \"optimizer\"?"), std::string::npos);
   EXPECT_NE(override_error({"lr"}).find("is not key=value"), std::string::npos);
   EXPECT_NE(override_error({"model=3"}).find("is a group of fields"), std::string::npos);
