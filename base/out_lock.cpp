@@ -60,6 +60,9 @@ std::string holder_of(int fd) {
 OutLock OutLock::folder(const std::string& dir, const std::string& verb) {
   std::error_code ec;
   fs::create_directories(dir, ec);
+  if (ec == std::errc::not_a_directory) {  // a file on the way: the user's
+    throw InputError(dir, "", "", "is inside a file, not a folder", "give a folder as the output");
+  }
   if (ec && !fs::is_directory(dir) && !fs::exists(dir)) {  // the machine's: a read-only or full disk (exit 3)
     const std::string hint = system_error_hint(ec.value());
     throw std::runtime_error(dir + ": cannot create the folder: " + ec.message() + (hint.empty() ? "" : "\nhint: " + hint));

@@ -49,6 +49,7 @@ int calibrate_verb(const CalibrateArgs& a) {
     throw flag_error("calibrate", "--margin", fmt(a.margin), "is not in [1, 100]",
                      "2 puts each raised threshold at twice what the healthy runs reached");
   }
+  checked_output_file("calibrate", "--out", a.out);  // before anything trains
   const std::vector<std::string> sets = with_rules(a.rules, a.sets);
   const TrainingConfig base = a.config.empty() ? default_config(sets) : load_config(a.config, sets);
   std::vector<double> lrs = {base.optimizer.lr};

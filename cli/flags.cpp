@@ -106,6 +106,15 @@ std::string checked_output_file(const std::string& verb, const char* flag, const
     throw flag_error(verb, flag, path, "is a folder", "give the file to write, e.g. " + std::string(flag) + " report.xml");
   }
   if (!parent.empty() && !std::filesystem::is_directory(parent)) {
+    std::error_code ec;
+    for (std::filesystem::path p = parent; !p.empty(); p = p.parent_path()) {  // a file on the way?
+      if (std::filesystem::exists(p, ec) && !std::filesystem::is_directory(p, ec)) {
+        throw flag_error(verb, flag, path, "is inside " + p.string() + ", a file, not a folder",
+                         "write the file elsewhere, e.g. " + std::string(flag) + " " +
+                             std::filesystem::path(path).filename().string());
+      }
+      if (p == p.parent_path()) break;
+    }
     throw flag_error(verb, flag, path, "is in a folder that does not exist (" + parent.string() + ")",
                      "make the folder first, or write the file elsewhere");
   }
@@ -183,14 +192,17 @@ void add_rules_flag(CLI::App* verb, std::string& file) {
 std::vector<std::string> with_rules(const std::string& file, const std::vector<std::string>& sets) {
   if (file.empty()) return sets;
   const nlohmann::json j = read_json_file(file, "spikehunt calibrate --out FILE writes one");
+  for (auto it = j.begin(); j.is_object() && it != j.end(); ++it) {
+    const std::string& key = it.key();
+    if (key != "health" && key != "calibration") {
+      throw InputError(file, key, "", "is not a key of a rules file (health, calibration)",
+                       "a rules file holds only health rules, e.g. {\"health\": {\"param_jump_limit\": 1.5}}; "
+                       "give other fields with --config or --set");
+    }
+  }
   if (!j.is_object() || !j.contains("health") || !j["health"].is_object()) {
     throw InputError(file, "health", j.is_object() && j.contains("health") ? j["health"].dump() : "",
                      "must be an object of health rule fields", "e.g. {\"health\": {\"param_jump_limit\": 1.5}}");
-  }
-  for (const auto& [key, value] : j.items()) {
-    if (key != "health" && key != "calibration") {
-      throw InputError(file, key, "", "is not a key of a rules file (health, calibration)");
-    }
   }
   std::vector<std::string> out;
   for (const auto& [field, value] : j["health"].items()) {

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
+
 namespace spikehunt {
 
 namespace fs = std::filesystem;
@@ -21,7 +23,13 @@ Hash128 config_hash(const TrainingConfig& config) {
 RunDirectory::RunDirectory(const std::string& root, const TrainingConfig& config) : root_(root) {
   std::error_code ec;
   fs::create_directories(root_, ec);
-  if (ec) throw std::runtime_error("cannot create " + root_ + ": " + ec.message());
+  if (ec == std::errc::not_a_directory || ec == std::errc::file_exists || (!ec && !fs::is_directory(root_))) {
+    throw InputError(root_, "", "", "is a file, or inside one, not a folder", "give --out a folder to write the run under");
+  }
+  if (ec) {
+    const std::string hint = system_error_hint(ec.value());
+    throw std::runtime_error(root_ + ": cannot create the folder: " + ec.message() + (hint.empty() ? "" : "\nhint: " + hint));
+  }
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
   gmtime_r(&now, &tm);

@@ -1,5 +1,7 @@
 #include "harness/training_error.h"
 
+#include <cxxabi.h>
+
 #include <regex>
 #include <sstream>
 
@@ -73,6 +75,11 @@ std::string explain_error(const std::string& stage, const std::string& m, const 
     return "the loss depends on no trainable tensor: a detach(), a NoGradGuard or requires_grad(false) cuts it off "
            "from the parameters";
   }
+  if (std::regex_search(m, x, std::regex(R"(a Tensor with (\d+) elements cannot be converted to Scalar)")) ||
+      m.find("grad can be implicitly created only for scalar outputs") != std::string::npos) {
+    return "the loss is " + (x.empty() ? std::string("not one number") : std::string(x[1]) + " numbers, not one") +
+           ": reduce it to one (a mean or a sum; reduction='none' keeps one loss per sample)";
+  }
   if (m.find("backward through the graph a second time") != std::string::npos) {
     return "a tensor from an earlier step's graph is used again (a hidden state or running value kept across "
            "steps): detach() it between steps";
@@ -111,6 +118,20 @@ ErrorContext batch_context(const at::Tensor& inputs, const at::Tensor& targets) 
     c.label_max = y.max().item<int64_t>();
   }
   return c;
+}
+
+std::string thrown_text() {
+  try {
+    throw;
+  } catch (abi::__forced_unwind&) {
+    throw;
+  } catch (const char* text) {
+    return std::string("a C string was thrown: ") + (text == nullptr ? "(null)" : text);
+  } catch (const std::string& text) {
+    return "a std::string was thrown: " + text;
+  } catch (...) {
+    return "a value of a type not derived from std::exception was thrown (throw 42; or a library's own error type)";
+  }
 }
 
 TrainingError training_error(const std::string& stage, const std::exception& e, const ErrorContext& context) {

@@ -61,8 +61,13 @@ class TrainingError : public std::runtime_error {
 // The error for exception `e` thrown in `stage`.
 TrainingError training_error(const std::string& stage, const std::exception& e, const ErrorContext& context);
 
+// What a thrown value not derived from std::exception says, read inside a
+// catch (...): the text of a thrown C string or std::string, else that it
+// was of another type. A thread's forced unwind is rethrown.
+std::string thrown_text();
+
 // Runs f, the scenario's code: bad input (InputError) and a TrainingError
-// pass through, any other exception becomes a TrainingError of `stage`, read
+// pass through, any other exception (of any type) becomes a TrainingError of `stage`, read
 // when it is thrown (so f may move it on) with `context` as it is then.
 template <class F>
 auto in_training_code(const char* const& stage, const ErrorContext& context, F&& f) -> decltype(f()) {
@@ -74,6 +79,8 @@ auto in_training_code(const char* const& stage, const ErrorContext& context, F&&
     throw;
   } catch (const std::exception& e) {
     throw training_error(stage, e, context);
+  } catch (...) {  // `throw 42;`, `throw "text";`: still the scenario's, not spikehunt's
+    throw training_error(stage, std::runtime_error(thrown_text()), context);
   }
 }
 

@@ -600,7 +600,8 @@ class PyScenario : public Scenario {
   }
 
   InputError wrong_return(const std::string& method, const py::object& got, const std::string& expected) const {
-    const std::string what = got.is_none() ? "None" : "a " + type_name(got);
+    const bool empty = py::isinstance<py::list>(got) || py::isinstance<py::tuple>(got) ? py::len(got) == 0 : false;
+    const std::string what = got.is_none() ? "None" : (empty ? "an empty " : "a ") + type_name(got);
     return InputError(file_, class_ + "." + method + "()", "", "returned " + what + ": it must return " + expected);
   }
 

@@ -650,9 +650,17 @@ std::vector<std::string> spec_names(const std::vector<ParamSpec>& specs) {
 }
 
 void check_params(const TrainingConfig& c, std::vector<Problem>* problems) {
+  const json& values = c.params.values();
+  if (c.scenario == "standard") {  // the built-in scenario reads no params: one given would be ignored
+    for (auto it = values.begin(); it != values.end(); ++it) {
+      problems->push_back({"params." + it.key(), show(*it), "is not a parameter of the built-in scenario: it takes none",
+                           "params are the knobs of your own scenario (\"scenario\": \"NAME\", docs/your-code.md); "
+                           "the built-in model is set by the config's own fields"});
+    }
+    return;
+  }
   const std::vector<ParamSpec>* specs = declared_params(c.scenario);
   if (specs == nullptr) return;
-  const json& values = c.params.values();
   for (auto it = values.begin(); it != values.end(); ++it) {
     const std::string field = "params." + it.key();
     const auto spec = std::find_if(specs->begin(), specs->end(), [&](const ParamSpec& s) { return s.name == it.key(); });

@@ -241,6 +241,18 @@ TEST(Calibrate, ABadRulesFileNamesTheFileTheFieldAndTheValue) {
   const auto u = run_spikehunt("doctor --rules " + dir.file("unknown.json"));
   EXPECT_EQ(u.exit_code, 2) << u.output;
   EXPECT_TRUE(has(u.output, "grad_norm_limt")) << u.output;
+  std::ofstream(dir.file("other.json")) << R"({"optimizer": {"lr": 0.1}})";  // a config given as rules
+  const auto o = run_spikehunt("run --rules " + dir.file("other.json") + " --out " + dir.file("out"));
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, "other.json: optimizer is not a key of a rules file (health, calibration)\n"
+                            "hint: a rules file holds only health rules"))
+      << o.output;
+  const auto c = run_spikehunt("calibrate --out " + dir.file("other.json") + "/rules.json");  // before training
+  EXPECT_EQ(c.exit_code, 2) << c.output;
+  EXPECT_TRUE(has(c.output, "--out = " + dir.file("other.json") + "/rules.json is inside " + dir.file("other.json") +
+                            ", a file, not a folder"))
+      << c.output;
+  EXPECT_FALSE(has(c.output, "calibrating")) << c.output;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -134,6 +135,25 @@ TEST(Cli, BadConfigIsExitTwoWithFieldAndHintAndWritesNothing) {
   EXPECT_EQ(data.exit_code, 2);
   EXPECT_TRUE(has(data.output, "dataset.path = /no/data is not a directory")) << data.output;
   EXPECT_TRUE(entries(out.path()).empty()) << "no partial result folders";
+}
+
+TEST(Cli, AnOutputFolderThatIsAFileIsBadInputNamingIt) {
+  TempDir dir;
+  const std::string file = dir.file("afile");
+  std::ofstream(file) << "x";
+  const std::string tiny = " --set batch_size=8 --set max_batches_per_epoch=1 --set threads=1";
+  for (const std::string& out : {file, file + "/runs"}) {
+    const auto r = run_spikehunt("run" + tiny + " --out " + out);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(has(r.output, "error: " + out + ": is a file, or inside one, not a folder\nhint: give --out a folder"))
+        << r.output;
+  }
+  std::ofstream(dir.file("tiny.json")) << R"({"batch_size": 8, "max_batches_per_epoch": 1, "threads": 1})";
+  const auto lr = run_spikehunt("lr-sensitivity --lrs 0.1 --config " + dir.file("tiny.json") + " --out " + file + "/lr");
+  EXPECT_EQ(lr.exit_code, 2) << lr.output;
+  EXPECT_TRUE(has(lr.output, "error: " + file + "/lr: is inside a file, not a folder")) << lr.output;
+  std::ifstream in(file);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "x") << "the file is left as it was";
 }
 
 TEST(Cli, PrintConfigShowsTheResolvedConfigAndWhatItStartsFrom) {

@@ -233,7 +233,9 @@ std::string problems_of(const TrainingConfig& c) {
 }
 
 TEST(ConfigParams, UndeclaredParamsAreKeptAsGivenAndRoundTripExactly) {
-  const json j = {{"params", {{"warmup", 30}, {"temperature", 0.7}, {"use_bias", true}, {"norm", "layer"},
+  add_scenario_name("free_knobs");  // registered without declared params: it reads what it likes
+  const json j = {{"scenario", "free_knobs"},
+                  {"params", {{"warmup", 30}, {"temperature", 0.7}, {"use_bias", true}, {"norm", "layer"},
                               {"widths", {64, 32}}}}};
   const TrainingConfig c = config_from_json(j, "cfg.json");
   EXPECT_EQ(c.params.integer("warmup"), 30);
@@ -260,15 +262,28 @@ TEST(ConfigParams, ParamsAreFlatValues) {
                                                                      "boolean, string or list of them"),
             std::string::npos);
   EXPECT_NE(parse_error({{"params", 3}}).find("params = 3 must be an object"), std::string::npos);
-  const TrainingConfig c = default_config({"params.warmup=30", "params.schedule_name=cosine"});
+  add_scenario_name("free_knobs");
+  const TrainingConfig c = default_config({"scenario=free_knobs", "params.warmup=30", "params.schedule_name=cosine"});
   EXPECT_EQ(c.params.integer("warmup"), 30);
   EXPECT_EQ(c.params.string("schedule_name"), "cosine");
   try {
-    default_config({"params.a.b=1"});
+    default_config({"scenario=free_knobs", "params.a.b=1"});
     FAIL();
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("params are flat"), std::string::npos) << e.what();
   }
+}
+
+TEST(ConfigParams, TheBuiltInScenarioTakesNoParams) {
+  // It reads none: a knob given to it would be ignored without a word.
+  const std::string e = problems_of(config_from_json({{"params", {{"width", 32}}}}, "cfg.json"));
+  EXPECT_NE(e.find("error: cfg.json: params.width = 32 is not a parameter of the built-in scenario: it takes none\n"
+                   "hint: params are the knobs of your own scenario"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(override_error({"params.width=32"}).find("params.width = 32 is not a parameter of the built-in scenario"),
+            std::string::npos);
+  EXPECT_TRUE(validate(default_config({})).empty()) << "an empty params object is fine";
 }
 
 TEST(ConfigParams, DeclaredParamsAreCheckedAndTheirDefaultsFilledIn) {

@@ -310,6 +310,12 @@ TEST(DoctorUserCode, ExplainsCommonLibTorchErrors) {
   EXPECT_NE(explain_error("loss", "Expected input batch_size (32) to match target batch_size (64).", c)
                 .find("32 rows but the batch has 64 labels"),
             std::string::npos);
+  EXPECT_NE(explain_error("loss", "a Tensor with 16 elements cannot be converted to Scalar", c)
+                .find("the loss is 16 numbers, not one: reduce it"),
+            std::string::npos);
+  EXPECT_NE(explain_error("backward", "grad can be implicitly created only for scalar outputs", c)
+                .find("the loss is not one number: reduce it"),
+            std::string::npos);
   EXPECT_EQ(explain_error("forward", "something nobody has seen", c), "");
 }
 

@@ -14,6 +14,7 @@
 #include "generators/shrinker.h"
 #include "generators/sweep.h"
 #include "harness/results.h"
+#include "scenarios/registry.h"
 #include "test_util.h"
 #include "tests/planted.h"
 
@@ -436,8 +437,9 @@ TEST(Sweep, WilsonIntervals) {
 }
 
 TEST(Sweep, FactorsComeFromTheSpacesOwnDimensions) {
+  add_scenario_name("free_knobs");  // a user's scenario reading undeclared params
   const SearchSpace space = SearchSpace::from_json(nlohmann::json::parse(R"({
-    "base": {"params": {"warmup": 10}},
+    "base": {"scenario": "free_knobs", "params": {"warmup": 10}},
     "dimensions": {
       "optimizer.lr": {"log_range": [0.01, 0.5]},
       "optimizer.momentum": {"range": [0, 0.99], "step": 0.01},
@@ -448,6 +450,7 @@ TEST(Sweep, FactorsComeFromTheSpacesOwnDimensions) {
       "max_batches_per_epoch": {"range": [5, 30]}
     }})"), "space.json");
   TrainingConfig c;
+  c.scenario = "free_knobs";
   c.optimizer.lr = 0.15;
   c.optimizer.momentum = 0.9;
   c.protocol.task_order = {1, 0};

@@ -53,6 +53,10 @@ class FaultyScenario : public spikehunt::Scenario {
       std::exit(3);
     } else if (fault_ == "hang") {
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    } else if (fault_ == "throw_int") {
+      throw 42;  // not a std::exception: still the training code's error
+    } else if (fault_ == "throw_text") {
+      throw "the cache is cold";
     } else if (fault_ == "leak") {
       static std::vector<std::unique_ptr<char[]>> kept;  // never freed: a leak across bursts
       kept.emplace_back(new char[size_t(leak_mb_) << 20]);
@@ -70,7 +74,7 @@ class FaultyScenario : public spikehunt::Scenario {
 void register_faulty_scenario() {
   spikehunt::register_scenario(
       "faulty", [](const spikehunt::TrainingConfig& c) { return std::make_unique<FaultyScenario>(c); },
-      {spikehunt::ParamSpec::string("fault", "none", {"none", "segfault", "abort", "exit", "hang", "leak"},
+      {spikehunt::ParamSpec::string("fault", "none", {"none", "segfault", "abort", "exit", "hang", "leak", "throw_int", "throw_text"},
                                     "what the training code does at forward call at_step"),
        spikehunt::ParamSpec::integer("at_step", 1, 0, 1000, "the forward call that misbehaves, from 0"),
        spikehunt::ParamSpec::integer("leak_mb", 0, 0, 4096, "MiB a leak keeps")});

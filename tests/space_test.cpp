@@ -228,8 +228,9 @@ TEST(Gen, SamplesAreDeterministicPerIndexAndDiffer) {
 TEST(Space, TheFailureMapsAxesComeFromTheSpace) {
   EXPECT_EQ(SearchSpace::builtin().map_axes(), (std::vector<std::string>{"optimizer.lr", "optimizer.momentum"}))
       << "the log range, then the numeric dimension of its group with the most values";
+  add_scenario_name("free_knobs");  // a user's scenario: it reads params.warmup
   const auto space = [](const std::string& extra) {
-    return SearchSpace::from_json(nlohmann::json::parse(R"({"dimensions": {
+    return SearchSpace::from_json(nlohmann::json::parse(R"({"base": {"scenario": "free_knobs"}, "dimensions": {
       "params.warmup": {"range": [0, 100], "step": 10}, "max_batches_per_epoch": {"range": [2, 6]},
       "seed": {"range": [0, 3]}, "activation.kind": {"set": ["relu", "tanh"]}})" + extra + "}"), "s.json");
   };

@@ -18,6 +18,7 @@
 #include "base/files.h"
 #include "faulty_scenario.h"
 #include "generators/shrinker.h"
+#include "harness/burst.h"
 #include "scenarios/config.h"
 #include "test_util.h"
 
@@ -46,6 +47,20 @@ std::vector<BurstSummary> evaluate(ChildEvaluator& e, const std::vector<Training
   std::vector<BurstSummary> out(configs.size());
   e.evaluate(configs, [&](size_t i, const BurstSummary& s) { out[i] = s; });
   return out;
+}
+
+TEST(Workers, AThrownValueOfAnyTypeIsACrashOfItsStageNotOfTheWorker) {
+  // `throw 42;` or `throw "text";` in a user's scenario: not a std::exception,
+  // still the training code's error (it used to end the process in std::terminate).
+  const BurstResult i = run_config(faulty("throw_int"), BurstOptions{});
+  EXPECT_EQ(i.verdict.outcome, Outcome::kCrashed);
+  EXPECT_EQ(i.verdict.crash_stage, "forward");
+  EXPECT_TRUE(has(i.verdict.message, "a value of a type not derived from std::exception was thrown"))
+      << i.verdict.message;
+  const BurstResult t = run_config(faulty("throw_text"), BurstOptions{});
+  EXPECT_EQ(t.verdict.outcome, Outcome::kCrashed);
+  EXPECT_TRUE(has(t.verdict.message, "a C string was thrown: the cache is cold")) << t.verdict.message;
+  EXPECT_EQ(t.verdict.steps_run, 2) << "forward call 2 throws: steps 0 and 1 ran";
 }
 
 TEST(Workers, ACrashAbortExitOrHangKillsOnlyItsWorkerAndAFreshOneRunsTheNext) {

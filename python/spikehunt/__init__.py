@@ -257,11 +257,31 @@ _problems = []
 def register(name, cls, params=()):
     """Registers a Scenario subclass under `name`: configs with "scenario": name train it.
     `params` declares its knobs (number(), integer(), boolean(), string(), values())."""
-    problems = _check_class(cls)
+    problems = _check_class(cls) + _check_params(name, cls, params)
     if problems:
         _problems.extend(problems)
         return
     _core.register_scenario(name, cls, _source_file(cls), list(params))
+
+
+def _check_params(name, cls, params):
+    """What is wrong with register()'s name and params, as error lines naming the file."""
+    where = _source_file(cls)
+    problems = []
+    if not isinstance(name, str) or not name:
+        problems.append(f"{where}: register({name!r}, ...): the name must be a non-empty string")
+    example = 'e.g. params=[spikehunt.string("bug", "none"), spikehunt.number("width", 16, 1, 1024)]'
+    if isinstance(params, (str, bytes, dict)) or not hasattr(params, "__iter__"):
+        kind = "a dict" if isinstance(params, dict) else f"a {type(params).__name__}"
+        return problems + [f"{where}: register({name!r}, ...): params is {kind}, not a list of declared params: "
+                           f"declare each with spikehunt.number(), integer(), boolean(), string() or values(), "
+                           f"{example}"]
+    for p in params:
+        if not isinstance(p, ParamSpec):
+            problems.append(f"{where}: register({name!r}, ...): params holds {p!r} (a {type(p).__name__}), not a "
+                            f"declared param: declare it with spikehunt.number(), integer(), boolean(), string() "
+                            f"or values(), {example}")
+    return problems
 
 
 def main(argv=None, exit=True, _command=None, _build_files=None):

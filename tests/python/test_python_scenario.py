@@ -114,7 +114,24 @@ def test_a_class_missing_a_method_is_bad_input_before_anything_runs():
     assert rc == 2, out + err
     assert f"error: {TINY}: NoData.next_batch() is missing" in err
     assert f"error: {TINY}: NoConfig.__init__(self) does not take the config" in err
+    assert f"error: {TINY}: register('dict_params', ...): params is a dict, not a list of declared params: " \
+        "declare each with spikehunt.number()" in err, err
+    assert "TypeError" not in err
     assert out == ""
+
+
+def test_an_empty_optimizer_list_is_bad_input_and_a_loss_per_sample_a_crash_saying_to_reduce_it(tmp_path):
+    rc, out, err = spikehunt("run", "--config", CONFIG, "--set", "params.bug=\"no_optimizers\"",
+                             "--out", str(tmp_path / "a"))
+    assert rc == 2, out + err
+    assert f"error: {TINY}: Tiny.optimizers() returned an empty list: it must return at least one " \
+        "torch.optim.Optimizer" in err, err
+    rc, out, err = spikehunt("run", "--config", CONFIG, "--set", "params.bug=\"loss_per_sample\"",
+                             "--out", str(tmp_path / "b"))
+    assert rc == 1, out + err
+    v = read_json(os.path.join(run_folder(tmp_path / "b"), "verdict.json"))
+    assert v["outcome"] == "crashed" and v["stage"] == "loss", v
+    assert "the loss is 32 numbers, not one: reduce it" in out, out
 
 
 def test_a_model_method_that_builds_a_new_module_each_call_is_bad_input(tmp_path):

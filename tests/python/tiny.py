@@ -63,7 +63,7 @@ class Tiny(spikehunt.Scenario):
         return self.net
 
     def optimizers(self):
-        return self.opt
+        return [] if self.bug == "no_optimizers" else self.opt
 
     def forward(self, inputs):
         if self.bug == "forward_returns_list":
@@ -73,6 +73,8 @@ class Tiny(spikehunt.Scenario):
     def loss(self, outputs, targets):
         if self.bug == "raise_in_loss" and self.done >= 3:
             raise ValueError(f"no loss for step {self.done}")
+        if self.bug == "loss_per_sample":  # reduction="none": one loss a sample, not one number
+            return F.cross_entropy(outputs, targets, reduction="none")
         if self.bug == "broadcast_loss":  # warns every step ("Using a target size ..."); adds 0
             return F.cross_entropy(outputs, targets) + 0 * F.mse_loss(outputs[:, :1], targets.float())
         return F.cross_entropy(outputs, targets)
@@ -132,12 +134,14 @@ class NumpyAndAttributes(Tiny):
 
 
 spikehunt.register("tiny", Tiny, params=[
-    spikehunt.string("bug", "none", ["none", "raise_in_loss", "forward_returns_list", "broadcast_loss"], "a planted bug"),
+    spikehunt.string("bug", "none", ["none", "raise_in_loss", "forward_returns_list", "broadcast_loss",
+                                "loss_per_sample", "no_optimizers"], "a planted bug"),
     spikehunt.integer("width", 16, 1, 1024, "hidden units"),
 ])
 if os.environ.get("TINY_BROKEN"):
     spikehunt.register("nodata", NoData)
     spikehunt.register("noconfig", NoConfig)
+    spikehunt.register("dict_params", Tiny, params={"bug": "none"})  # defaults as a dict, not declared params
 spikehunt.register("new_model_each_call", NewModelEachCall, params=[
     spikehunt.string("bug", "none", ["none"], ""), spikehunt.integer("width", 16, 1, 1024, "")])
 spikehunt.register("numpy_and_attributes", NumpyAndAttributes, params=[
