@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include "harness/monitor.h"
+
 namespace spikehunt {
 
 TrainingError::TrainingError(std::string stage, std::string message, std::string cause, std::string full)
@@ -124,6 +126,8 @@ std::string thrown_text() {
   try {
     throw;
   } catch (abi::__forced_unwind&) {
+    throw;
+  } catch (const Monitor::FailFast&) {  // --fail-fast stopping the step from a tap: not the scenario's error
     throw;
   } catch (const char* text) {
     return std::string("a C string was thrown: ") + (text == nullptr ? "(null)" : text);

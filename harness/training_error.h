@@ -63,7 +63,8 @@ TrainingError training_error(const std::string& stage, const std::exception& e, 
 
 // What a thrown value not derived from std::exception says, read inside a
 // catch (...): the text of a thrown C string or std::string, else that it
-// was of another type. A thread's forced unwind is rethrown.
+// was of another type. What is not an error passes on: a thread's forced
+// unwind, and the monitor's FailFast (--fail-fast stopping a step).
 std::string thrown_text();
 
 // Runs f, the scenario's code: bad input (InputError) and a TrainingError
