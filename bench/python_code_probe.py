@@ -79,7 +79,7 @@ cases = [  # (params.bug, exit, what the output must hold)
 env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, "python"))
 clear, unclear = 0, []
 for bug, code, text in cases:
-    args = ["/usr/bin/python3", "bad_user.py", "run", "--config", "bad.json", "--out", "runs"]
+    args = [sys.executable, "bad_user.py", "run", "--config", "bad.json", "--out", "runs"]
     if bug != "dict_params":
         args += ["--set", f'params.bug="{bug}"']
     e = dict(env, BAD_DICT_PARAMS="1") if bug == "dict_params" else env

@@ -34,9 +34,40 @@ std::string real(const std::string& path) {
 
 bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
+// A function of LibTorch's, looked up at run time: this file is also linked
+// without LibTorch (the parser fuzz targets). In the global scope for a
+// program, else in the libtorch_cpu.so already loaded (Python loads torch's
+// libraries into a local scope).
+void* torch_symbol(const char* name) {
+  if (void* f = ::dlsym(RTLD_DEFAULT, name)) return f;
+  void* lib = ::dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
+  return lib == nullptr ? nullptr : ::dlsym(lib, name);
+}
+
+// PyPI's torch links MKL into libtorch_cpu.so, so no BLAS shows among the
+// shared objects; LibTorch exports MKL's version function, looked up at run
+// time like OpenBLAS's below. MKL picks its kernels from the CPU as it runs
+// (ATen's CPU capability, recorded beside it, follows the same CPU).
+std::string mkl_in_libtorch() {
+  using GetVersion = void (*)(char*, int);
+  auto version = reinterpret_cast<GetVersion>(torch_symbol("MKL_Get_Version_String"));
+  if (version == nullptr) return "";
+  char buf[256] = {};
+  version(buf, sizeof buf - 1);
+  const std::string text = buf;  // "Intel(R) oneAPI Math Kernel Library Version 2024.2-Product Build ..."
+  const std::string key = "Version ";
+  const size_t at = text.find(key);
+  std::string number = at == std::string::npos ? "" : text.substr(at + key.size());
+  number = number.substr(0, number.find_first_of("- "));
+  return "MKL " + (number.empty() ? std::string("(version unknown)") : number) + " (linked into LibTorch)";
+}
+
 }  // namespace
 
 std::string blas_in_use() {
+  // LibTorch's own MKL first: a BLAS that another library loaded (numpy's
+  // OpenBLAS in a Python process) is not the one LibTorch calls.
+  if (std::string linked = mkl_in_libtorch(); !linked.empty()) return linked;
   std::vector<std::string> objects;
   dl_iterate_phdr(collect, &objects);
   std::string libblas;  // what the libblas.so.3 alternative resolves to
@@ -87,7 +118,7 @@ std::string aten_cpu_capability() {
     // above: this file is also linked without LibTorch (the parser fuzz
     // targets), and ATen/Version.h would make it a LibTorch-sized unit.
     using ShowConfig = std::string (*)();
-    auto show_config = reinterpret_cast<ShowConfig>(::dlsym(RTLD_DEFAULT, "_ZN2at11show_configB5cxx11Ev"));
+    auto show_config = reinterpret_cast<ShowConfig>(torch_symbol("_ZN2at11show_configB5cxx11Ev"));
     if (show_config == nullptr) return std::string("unknown");
     const std::string config = show_config();  // "... CPU capability usage: AVX2\n ..."
     const std::string key = "CPU capability usage: ";

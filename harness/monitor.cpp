@@ -28,7 +28,7 @@ torch::Tensor max_abs_stat(const torch::Tensor& t) {
   if (t.numel() == 0) return torch::zeros({1}, t.options().dtype(torch::kFloat64));
   if (fused(t)) return torch::full({1}, max_abs_parallel(t.data_ptr<float>(), t.numel()), torch::kFloat64);
   if (t.is_cpu() && t.scalar_type() == torch::kHalf) {
-    // LibTorch 1.13 has no aminmax for float16 on the CPU (found by fuzz_monitor).
+    // LibTorch 1.13 had no aminmax for float16 on the CPU (found by fuzz_monitor); max() serves every version.
     return t.detach().abs().max().to(torch::kFloat64).reshape({1});
   }
   const auto [lo, hi] = torch::aminmax(t.detach());  // one vectorized pass; propagates NaN

@@ -27,33 +27,22 @@ void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
 
 // ---- precision ----
 
-Autocast::Autocast(Precision p, const torch::Device& device) : on_(p != Precision::kFp32), cuda_(device.is_cuda()) {
+Autocast::Autocast(Precision p, const torch::Device& device)
+    : on_(p != Precision::kFp32), device_type_(device.type()) {
   if (!on_) return;
   const at::ScalarType dtype = p == Precision::kFp16 ? at::kHalf : at::kBFloat16;
-  if (cuda_) {
-    was_on_ = at::autocast::is_enabled();
-    was_dtype_ = at::autocast::get_autocast_gpu_dtype();
-    at::autocast::set_autocast_gpu_dtype(dtype);
-    at::autocast::set_enabled(true);
-  } else {
-    was_on_ = at::autocast::is_cpu_enabled();
-    was_dtype_ = at::autocast::get_autocast_cpu_dtype();
-    at::autocast::set_autocast_cpu_dtype(dtype);
-    at::autocast::set_cpu_enabled(true);
-  }
+  was_on_ = at::autocast::is_autocast_enabled(device_type_);
+  was_dtype_ = at::autocast::get_autocast_dtype(device_type_);
+  at::autocast::set_autocast_dtype(device_type_, dtype);
+  at::autocast::set_autocast_enabled(device_type_, true);
   at::autocast::increment_nesting();
 }
 
 Autocast::~Autocast() {
   if (!on_) return;
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  if (cuda_) {
-    at::autocast::set_enabled(was_on_);
-    at::autocast::set_autocast_gpu_dtype(was_dtype_);
-  } else {
-    at::autocast::set_cpu_enabled(was_on_);
-    at::autocast::set_autocast_cpu_dtype(was_dtype_);
-  }
+  at::autocast::set_autocast_enabled(device_type_, was_on_);
+  at::autocast::set_autocast_dtype(device_type_, was_dtype_);
 }
 
 bool LossScaler::unscale(const std::vector<torch::Tensor>& params) const {

@@ -30,7 +30,8 @@ class Autocast {
   Autocast& operator=(const Autocast&) = delete;
 
  private:
-  bool on_, cuda_, was_on_ = false;
+  bool on_, was_on_ = false;
+  at::DeviceType device_type_;  // autocast state is per device type (cpu, cuda)
   at::ScalarType was_dtype_ = at::kBFloat16;
 };
 

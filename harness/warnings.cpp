@@ -20,19 +20,19 @@ thread_local c10::WarningHandler* before_first = nullptr;
 }  // namespace
 
 WarningCounter::WarningCounter() {
-  if (living.empty()) before_first = c10::Warning::get_warning_handler();
+  if (living.empty()) before_first = c10::WarningUtils::get_warning_handler();
   living.push_back(this);
-  c10::Warning::set_warning_handler(this);
+  c10::WarningUtils::set_warning_handler(this);
 }
 
 WarningCounter::~WarningCounter() {
   const auto it = std::find(living.begin(), living.end(), this);
   if (it != living.end()) living.erase(it);
-  c10::Warning::set_warning_handler(living.empty() ? before_first : living.back());
+  c10::WarningUtils::set_warning_handler(living.empty() ? before_first : living.back());
 }
 
-void WarningCounter::process(const c10::SourceLocation&, const std::string& message, bool) {
-  const std::string text = message.substr(0, kMaxWarningText);
+void WarningCounter::process(const c10::Warning& warning) {
+  const std::string text = warning.msg().substr(0, kMaxWarningText);
   add(text);
   for (WarningCounter* c : living) {
     if (c != this) c->add(text);  // the counters around this one count it too

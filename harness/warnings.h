@@ -30,7 +30,7 @@ class WarningCounter : public c10::WarningHandler {
   WarningCounter(const WarningCounter&) = delete;
   WarningCounter& operator=(const WarningCounter&) = delete;
 
-  void process(const c10::SourceLocation& where, const std::string& message, bool verbatim) override;
+  void process(const c10::Warning& warning) override;
   std::vector<WarningCount> counts() const;  // first-seen order
 
  private:

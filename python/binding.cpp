@@ -126,7 +126,7 @@ c10::WarningHandler* python_base_handler = nullptr;  // the handler at import
 
 template <class F>
 py::object with_warnings(F&& f) {
-  c10::WarningHandler* handler = c10::Warning::get_warning_handler();
+  c10::WarningHandler* handler = c10::WarningUtils::get_warning_handler();
   if (handler == python_base_handler || handler == nullptr) return f();
   py::module_ warnings = py::module_::import("warnings");
   py::object recorder = warnings.attr("catch_warnings")(py::arg("record") = true);
@@ -141,7 +141,8 @@ py::object with_warnings(F&& f) {
   }
   recorder.attr("__exit__")(py::none(), py::none(), py::none());
   for (const py::handle w : caught) {
-    handler->process(c10::SourceLocation{"python", "python", 0}, py::str(w.attr("message")), false);
+    handler->process(c10::Warning(c10::UserWarning{}, c10::SourceLocation{"python", "python", 0},
+                                  std::string(py::str(w.attr("message"))), /*verbatim=*/false));
   }
   return out;
 }
@@ -325,8 +326,16 @@ class PyOptimizer : public ForeignOptimizer {
     py::gil_scoped_acquire gil;
     py::dict s;
     for (const NamedTensor& b : state.buffers) s[b.name.c_str()] = b.tensor;
-    // torch.optim (1.13) keeps its step counts as float tensors.
-    if (state.step) s["step"] = torch::tensor(double(*state.step), torch::kFloat32);
+    // torch.optim keeps its step counts as float32 tensors: on the CPU, or on the
+    // parameter's device for its fused and capturable kernels (as its own
+    // load_state_dict places them).
+    if (state.step) {
+      const py::dict defaults = optimizer_.get().attr("defaults");
+      const bool on_device = (defaults.contains("fused") && py::bool_(defaults["fused"])) ||
+                             (defaults.contains("capturable") && py::bool_(defaults["capturable"]));
+      s["step"] = torch::tensor(double(*state.step), torch::dtype(torch::kFloat32)
+                                                         .device(on_device ? param.device() : torch::kCPU));
+    }
     optimizer_.get().attr("state")[python_param(param)] = s;
   }
 
@@ -816,7 +825,7 @@ PYBIND11_MODULE(_core, m) {
   using namespace spikehunt;
   m.doc() = "spikehunt's C++ engine for Python scenarios (use the spikehunt package, not this module)";
   m.attr("kVersion") = kVersion;
-  python_base_handler = c10::Warning::get_warning_handler();
+  python_base_handler = c10::WarningUtils::get_warning_handler();
 
   py::class_<ParamSpec>(m, "ParamSpec")
       .def_static("number", &ParamSpec::number)

@@ -1,14 +1,13 @@
 #include "scenarios/optimizers.h"
 
-#include <c10/util/string_utils.h>
-
 #include <map>
 
 namespace spikehunt {
 
 namespace {
 
-std::string key_of(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+// LibTorch 2.x keys an optimizer's state by the parameter's TensorImpl.
+void* key_of(const torch::Tensor& p) { return p.unsafeGetTensorImpl(); }
 
 template <class O>
 bool is(torch::optim::Optimizer& o) {

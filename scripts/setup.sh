@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# setup.sh — installs every Debian package spikehunt needs. Idempotent: a package
-# already installed is skipped, and apt is not touched when nothing is missing.
+# setup.sh — installs every Debian package spikehunt needs, then the project's
+# virtual environment with the pinned torch (requirements.txt) whose LibTorch
+# spikehunt builds against. Idempotent: a package already installed is
+# skipped, apt is not touched when nothing is missing, and pip finds the pins
+# satisfied (its cache serves a fresh clone).
 # Usage: scripts/setup.sh            (as root, or with sudo available)
-#        scripts/setup.sh --peer     kept for scripts that pass it: PyTorch's Python API is
-#                                    always installed now (the Python package needs it)
+#        scripts/setup.sh --peer     kept for scripts that pass it (PyTorch is always installed)
 #        scripts/setup.sh --slurm    also Slurm and munge, for the test of sharded sweeps
 #                                    (tests/slurm_cluster.sh; scripts/quickstart.sh test passes it)
+# The environment: .venv in the project, made with python3 (3.9 or newer), or
+# the one SPIKEHUNT_VENV names. A named environment that already holds torch
+# 2.x keeps its torch (spikehunt is then built against that one); only the
+# other requirements are added to it.
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libtorch-dev libopenblas0-openmp
+  libopenblas0-openmp
   librapidcheck-dev libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
   dataset-fashion-mnist fortunes
   libxxhash-dev nlohmann-json3-dev libcli11-dev libsqlite3-dev zlib1g-dev
   libjs-dygraphs chromium
   libxml2-utils
-  python3-torch python3-dev pybind11-dev python3-pytest python3-numpy
+  python3-dev python3-venv
 )
 
 for option in "$@"; do
@@ -38,12 +45,27 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages already installed"
-  exit 0
+else
+  sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# ---- the virtual environment and its torch ----
+venv=${SPIKEHUNT_VENV:-$root/.venv}
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating the virtual environment $venv"
+  python3 -m venv "$venv"
+fi
+requirements=("-r" "$root/requirements.txt")
+if [ -n "${SPIKEHUNT_VENV:-}" ] &&
+   user_torch=$("$venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null) &&
+   [ "${user_torch%%.*}" -ge 2 ]; then
+  echo "setup: $venv holds torch $user_torch: spikehunt builds against it (the tested pin is $(grep '^torch==' "$root/requirements.txt"))"
+  requirements=($(grep -v '^#' "$root/requirements.txt" | grep -v '^torch=='))
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "${requirements[@]}"
+echo "setup: $venv: $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__, "(CUDA", torch.version.cuda, "built)")')"

@@ -142,7 +142,7 @@ TEST(Reliability, LrSensitivityGridsAndSlurmVariablesThatCannotMeanWhatTheySay) 
 // A warning raised every step is counted, not printed every step; a counter
 // inside another (a burst inside the doctor) passes each on to it.
 TEST(Reliability, EachLibTorchWarningIsCountedAndPassedToTheCounterAroundIt) {
-  c10::WarningHandler* const before = c10::Warning::get_warning_handler();
+  c10::WarningHandler* const before = c10::WarningUtils::get_warning_handler();
   {
     WarningCounter outer;
     {
@@ -160,7 +160,7 @@ TEST(Reliability, EachLibTorchWarningIsCountedAndPassedToTheCounterAroundIt) {
     EXPECT_EQ(outer.counts()[0].count, 5);
     EXPECT_EQ(describe_warnings(outer.counts()), "  5x the same warning\n  1x another\n");
   }
-  EXPECT_EQ(c10::Warning::get_warning_handler(), before) << "the handler before is back";
+  EXPECT_EQ(c10::WarningUtils::get_warning_handler(), before) << "the handler before is back";
 }
 
 // A resumed sweep removes the work files of a process killed mid-burst,

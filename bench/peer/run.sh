@@ -9,7 +9,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 threads=${1:-2}
-"$root/scripts/setup.sh" --peer > /dev/null
+"$root/scripts/setup.sh" > /dev/null
+python=${SPIKEHUNT_VENV:-$root/.venv}/bin/python
 bench="$root/build/bench/spikehunt_bench"
 [ -x "$bench" ] || "$root/scripts/build.sh" > /dev/null
 # Rounds alternate the two processes, so drift on a shared machine hits both;
@@ -17,10 +18,10 @@ bench="$root/build/bench/spikehunt_bench"
 rounds=${ROUNDS:-3}
 pys=() ccs=() gpys=() gccs=()
 for ((r = 0; r < rounds; ++r)); do
-  pys+=("$(/usr/bin/python3 "$root/bench/peer/peer.py" --threads "$threads" --repeats 5 2> /dev/null)")
+  pys+=("$("$python" "$root/bench/peer/peer.py" --threads "$threads" --repeats 5 2> /dev/null)")
   ccs+=("$(SPIKEHUNT_BENCH_THREADS=$threads "$bench" --benchmark_filter='BM_CnnStep' --benchmark_repetitions=5 \
            --benchmark_min_time=1 --benchmark_enable_random_interleaving=true 2> /dev/null)")
-  gpys+=("$(/usr/bin/python3 "$root/bench/peer/peer.py" --threads "$threads" --model gpt --repeats 5 2> /dev/null)")
+  gpys+=("$("$python" "$root/bench/peer/peer.py" --threads "$threads" --model gpt --repeats 5 2> /dev/null)")
   gccs+=("$(SPIKEHUNT_BENCH_THREADS=$threads "$bench" --benchmark_filter='BM_GptStep' --benchmark_repetitions=5 \
            --benchmark_min_time=1 --benchmark_enable_random_interleaving=true 2> /dev/null)")
 done
@@ -28,7 +29,7 @@ gpy=$(printf '%s\n' "${gpys[@]}")
 gcc=$(printf '%s\n@@\n' "${gccs[@]}")
 py=$(printf '%s\n' "${pys[@]}")
 cc=$(printf '%s\n@@\n' "${ccs[@]}")
-/usr/bin/python3 - "$py" "$cc" "$threads" "$gpy" "$gcc" <<'PY'
+"$python" - "$py" "$cc" "$threads" "$gpy" "$gcc" <<'PY'
 import json, re, sys, datetime, platform
 import statistics
 pys = [json.loads(line) for line in sys.argv[1].splitlines() if line.strip()]

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A Python scenario's training step against plain PyTorch, in one process, one
 run, rounds interleaved: the motivating case's simple_cnn step (batch 64,
 LeakyReLU 0.01, SGD lr 0.05 momentum 0.9) as
@@ -14,7 +14,7 @@ and then a sweep of tiny Python bursts (tests/python/tiny.py) through persistent
 workers against a process a burst (bursts per minute). Prints a table of median
 ms per step and ratios to torch plain, and the BLAS this process loaded.
 
-Usage: PYTHONPATH=build/python /usr/bin/python3 bench/python/step_bench.py [--threads 2] [--rounds 5] [--steps 30]
+Usage: PYTHONPATH=build/python .venv/bin/python bench/python/step_bench.py [--threads 2] [--rounds 5] [--steps 30]
 """
 import argparse
 import os

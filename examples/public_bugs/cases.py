@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Training bugs that were reported publicly, ported to spikehunt scenarios as
 their authors wrote them (their own model classes, losses and data
 pipelines), on real data (Fashion-MNIST, the fortunes' text), and healthy

@@ -1,10 +1,10 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Runs the doctor on every case of cases.py in this one process and reports
 as the field's anchors do: per bug, whether a sign fired (detected) and
 whether the top-ranked cause is the expected one (diagnosed); per healthy
 program, over 3 seeds and 3 learning rates, any failed sign (a false alarm).
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/public_bugs/suite.py [--bugs | --healthy] [--json FILE]
+    PYTHONPATH=build/python .venv/bin/python examples/public_bugs/suite.py [--bugs | --healthy] [--json FILE]
 
 Exit code 0 when every bug is diagnosed and no healthy run raised an alarm, 1 otherwise."""
 import argparse

@@ -1,12 +1,12 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A small GPT in plain PyTorch on real English text (Debian's fortunes, bytes as
 tokens), under spikehunt: configs/gpt.json's model (width 128, 2 layers, 4 heads,
 context 64, pre-LayerNorm, GELU MLP) written the way a PyTorch user writes one,
 AdamW, the config's warm-up and cosine schedule (spikehunt sets each group's lr).
 The attention logits are tapped, so an exploding attention is named.
 
-    /usr/bin/python3 examples/python/gpt.py run --config examples/python/gpt.json
-    /usr/bin/python3 examples/python/gpt.py lr-sensitivity --config examples/python/gpt.json --lrs 1e-3,1e-2,1e-1
+    .venv/bin/python examples/python/gpt.py run --config examples/python/gpt.json
+    .venv/bin/python examples/python/gpt.py lr-sensitivity --config examples/python/gpt.json --lrs 1e-3,1e-2,1e-1
 """
 import os
 
@@ -76,12 +76,9 @@ class TextGpt(spikehunt.Scenario):
 
     def __init__(self, config):
         super().__init__(config)
-        g = config.model.gpt
-        self.context = g.context
-        self.net = Gpt(256, g.width, g.layers, g.heads, g.context, g.qk_layernorm)
-        o = config.optimizer
-        self.opt = torch.optim.AdamW(self.net.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
-                                     weight_decay=o.weight_decay)
+        self.context = config.model.gpt.context
+        self.net = self.build_model(config)
+        self.opt = self.build_optimizer(config)
         data = text_bytes(config.dataset.text_path)
         split = len(data) * 9 // 10
         self.train, self.test = data[:split], data[split:]
@@ -91,6 +88,15 @@ class TextGpt(spikehunt.Scenario):
         limit = config.max_batches_per_epoch
         self.plan = list(batches[:limit] if limit else batches) * config.protocol.epochs_per_phase
         self.position = 0
+
+    def build_model(self, config):
+        g = config.model.gpt
+        return Gpt(256, g.width, g.layers, g.heads, g.context, g.qk_layernorm)
+
+    def build_optimizer(self, config):
+        o = config.optimizer
+        return torch.optim.AdamW(self.net.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
+                                 weight_decay=o.weight_decay)
 
     def windows(self, data, starts):
         rows = torch.stack([data[s * (self.context + 1): (s + 1) * (self.context + 1)] for s in starts.tolist()])

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Classic training bugs, planted in ordinary PyTorch code, for the doctor:
 a small CNN-free classifier on seeded Gaussian blobs (fast enough for tests),
 with params.bug choosing what is wrong. Each bug is written the way PyTorch

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The motivating case in plain PyTorch: SimpleCNN (LeakyReLU 0.01, no
 normalization), SGD lr 0.05 momentum 0.9, batch 64, trained on classes 0-4
 then 5-9 (or the reverse) then all, on Debian's Fashion-MNIST
@@ -8,9 +8,9 @@ Under spikehunt with the config's fields (optimizer.lr, optimizer.momentum,
 activation.slope, protocol.task_order, batch_size, max_batches_per_epoch,
 seed), so the same spaces sweep it:
 
-    /usr/bin/python3 examples/python/simple_cnn.py run --config examples/python/simple_cnn.json
-    /usr/bin/python3 examples/python/simple_cnn.py sweep --space examples/python/simple_cnn_space.json
-    /usr/bin/python3 examples/python/simple_cnn.py doctor --config examples/python/simple_cnn.json
+    .venv/bin/python examples/python/simple_cnn.py run --config examples/python/simple_cnn.json
+    .venv/bin/python examples/python/simple_cnn.py sweep --space examples/python/simple_cnn_space.json
+    .venv/bin/python examples/python/simple_cnn.py doctor --config examples/python/simple_cnn.json
 """
 import gzip
 import os

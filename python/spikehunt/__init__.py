@@ -149,10 +149,17 @@ _tapping = False  # set by _core while a monitored forward runs
 _watches = []     # the open Watches, whose loops tap() reports to
 
 
+@torch.compiler.disable
+def _monitor_tap(name, tensor):
+    """Hands a tapped tensor to the monitor. Under torch.compile, Dynamo calls it as it is
+    (a graph break) instead of trying to trace into the C++ extension."""
+    _core.tap(name, tensor)
+
+
 def tap(name, tensor):
     """Exposes a value inside forward() to the monitor under `name` (off outside a monitored step)."""
     if _tapping:
-        _core.tap(name, tensor)
+        _monitor_tap(name, tensor)
     for w in _watches:
         w._collect(name, tensor)
     return tensor
@@ -187,7 +194,7 @@ def _install_hooks(model, taps, sink, where):
 
 def _core_tap(name, tensor):
     if _tapping:
-        _core.tap(name, tensor)
+        _monitor_tap(name, tensor)
 
 
 def _install_taps(scenario, model, where):

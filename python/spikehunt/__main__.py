@@ -52,5 +52,10 @@ def run(argv):
                           _build_files=[os.path.abspath(m) for m in modules])
 
 
-if __name__ == "__main__":
+def console():
+    """The `spikehunt` command that `pip install` puts on PATH: `python -m spikehunt`."""
     sys.exit(run(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    console()

@@ -1,5 +1,5 @@
 """examples/python/ as a user runs them, and the package as `cmake --install`
-puts it for Debian's /usr/bin/python3."""
+puts it under a prefix for the interpreter it was built for."""
 import glob
 import os
 import subprocess
@@ -33,7 +33,7 @@ def test_the_installed_package_runs_a_scenario_without_the_build_tree(tmp_path):
     build = os.environ.get("SPIKEHUNT_BUILD", os.path.join(SOURCE, "build"))
     prefix = tmp_path / "prefix"
     subprocess.run(["cmake", "--install", build, "--prefix", str(prefix)], check=True, capture_output=True)
-    packages = glob.glob(str(prefix / "lib" / "python3*" / "dist-packages"))
+    packages = glob.glob(str(prefix / "lib" / "python3*" / "site-packages"))
     assert len(packages) == 1, os.listdir(prefix / "lib")
     assert sorted(os.listdir(os.path.join(packages[0], "spikehunt")))[0:2] == ["__init__.py", "__main__.py"]
     env = {"PYTHONPATH": packages[0]}

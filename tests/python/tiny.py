@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A tiny scenario for the Python tests: an MLP on seeded Gaussian blobs, a
 few steps. params.bug plants a bug; the test names what it expects."""
 import os

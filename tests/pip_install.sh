@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# `pip install .` as a PyTorch user does it: a fresh virtual environment, the
+# pinned torch from PyPI (pip's cache serves it), then spikehunt from this
+# source tree with pip's default build isolation, which brings no torch of its
+# own (pyproject.toml). Then, from another folder with no build tree on any
+# path: the `spikehunt` command, `python -m spikehunt`, the PyTorch 2.x
+# decoder example (SDPA, RMSNorm, rotary, fused AdamW, bf16 autocast) under
+# run, sweep (shrink, replayed repro) and doctor, and spikehunt.Watch.
+# Usage: tests/pip_install.sh SOURCE_DIR PYTHON   (PYTHON: whose base interpreter makes the venv)
+set -euo pipefail
+src=$(cd "$1" && pwd)
+python=$2
+work=$(mktemp -d /tmp/spikehunt-pip.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+out=""
+expect() {  # expect CODE PATTERN -- command...   (the output stays in $out)
+  local code=$1 pattern=$2; shift 3
+  local rc=0
+  out=$("$@" 2>&1) || rc=$?
+  [ "$rc" -eq "$code" ] || { echo "$out" | tail -n 40; fail "exit $rc, expected $code: $*"; }
+  grep -qE -- "$pattern" <<<"$out" || { echo "$out" | tail -n 40; fail "no /$pattern/ in the output of: $*"; }
+  echo "ok: $* (exit $rc)"
+}
+
+base=$("$python" -c 'import sys; print(sys._base_executable)')
+"$base" -m venv "$work/venv"
+venv=$work/venv/bin
+unset PYTHONPATH
+start=$(date +%s)
+"$venv/python" -m pip install -q --disable-pip-version-check "$(grep '^torch==' "$src/requirements.txt")" ||
+  fail "pip install torch (the pin of requirements.txt)"
+echo "ok: torch $("$venv/python" -c 'import torch; print(torch.__version__)') installed in $(( $(date +%s) - start )) s"
+start=$(date +%s)
+"$venv/python" -m pip install --disable-pip-version-check -C build-dir="$work/build" "$src" > "$work/pip.log" 2>&1 ||
+  { tail -n 60 "$work/pip.log"; fail "pip install $src"; }
+echo "ok: pip install . built and installed spikehunt in $(( $(date +%s) - start )) s"
+grep -q "LibTorch $("$venv/python" -c 'import torch; print(torch.__version__.split("+")[0])')" "$work/pip.log" ||
+  [ ! -s "$work/pip.log" ] || echo "note: pip's log does not show CMake's LibTorch line (pip -v shows it)"
+
+cd "$work"  # no build tree, no source tree on any path from here on
+# The package is the installed one, and the extension sits in site-packages.
+expect 0 "site-packages/spikehunt/__init__.py" -- "$venv/python" -c 'import spikehunt; print(spikehunt.__file__)'
+expect 0 "^0\.[0-9]+\.[0-9]+" -- "$venv/python" -c 'import spikehunt; print(spikehunt.__version__)'
+expect 0 "run +one burst" -- "$venv/spikehunt" --help
+llama=$src/examples/python/llama.py
+small=(--set max_batches_per_epoch=6 --set schedule.warmup_steps=2 --set model.gpt.width=32 --set batch_size=4)
+expect 0 "verdict: healthy after 6 of 6 steps" -- \
+  "$venv/python" "$llama" run --config "$src/examples/python/llama.json" "${small[@]}" --out "$work/run"
+grep -q "LibTorch 2\." <<<"$out" || fail "run names LibTorch 2.x in its header"
+# A learning rate far past stable: the sweep finds it, shrinks it and replays its repro.
+cat > "$work/space.json" <<EOF
+{"base": {"scenario": "py_llama", "model": {"kind": "gpt", "gpt": {"width": 32, "layers": 1, "heads": 2, "context": 32}},
+          "dataset": {"kind": "text"}, "optimizer": {"kind": "adamw", "lr": 0.003},
+          "batch_size": 4, "max_batches_per_epoch": 8, "threads": 1},
+ "dimensions": {"optimizer.lr": {"set": [0.003, 30]}, "seed": {"range": [0, 1], "simplest": 0}}}
+EOF
+expect 1 "replay: reproduced" -- "$venv/python" "$llama" sweep --space "$work/space.json" --runs 4 -j 2 \
+  --shrink-bursts 6 --max-shrinks 1 --no-progress --out "$work/sweep"
+grep -qE "replay it: .*llama.py replay" <<<"$out" || fail "the sweep's replay command names the user's script"
+repro=$(ls "$work"/sweep/repros/*.repro.json | head -n 1)
+expect 0 "reproduced" -- "$venv/python" -m spikehunt --module "$llama" replay "$repro"
+expect 0 "no vital sign failed|most likely cause" -- \
+  "$venv/python" "$llama" doctor --config "$src/examples/python/llama.json" "${small[@]}"
+# spikehunt.Watch in a plain loop of the user's own.
+expect 0 "watch: healthy" -- "$venv/python" -c '
+import torch, torch.nn.functional as F, spikehunt
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.RMSNorm(16), torch.nn.Linear(16, 2))
+opt = torch.optim.AdamW(net.parameters(), lr=1e-3, foreach=True)
+with spikehunt.Watch(net, opt, out="watch_run", num_classes=2) as w:
+    for step in range(5):  # the watch runs backward, the clip and the step
+        x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+        w.step(F.cross_entropy(net(x), y), x, y)
+print("watch:", w.verdict()["outcome"])
+'
+echo "pip install: passed"
