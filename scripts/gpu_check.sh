@@ -11,7 +11,8 @@
 #                                        beyond LibTorch's, and the fortunes text (~15 MiB)
 #   scripts/gpu_check.sh dry-run [OUT]   here: every step as it would run there, without a GPU
 #                                        (gpu_steps says SKIPPED; nothing else is run)
-#   scripts/gpu_check.sh run OUT         there (device tool: carry ["gpu"], timeout_s 540):
+#   scripts/gpu_check.sh run OUT         there (device tool: carry ["gpu"], timeout_s 600; the
+#                                        steps are bounded at 120 + 240 + 3 x 60 s):
 #
 # What run measures, each figure into OUT (gpu_check.txt is the summary):
 #   1. gpu_steps: the CNN and GPT steps plain against monitored on cuda:0, the
@@ -40,16 +41,16 @@ case "$what" in
     # The shared libraries they load from Debian, not from the torch wheel (which the GPU machine has).
     for lib in $(ldd "$root/build/spikehunt" "$root/build/bench/gpu_steps" | awk '/=> \// {print $3}' | sort -u); do
       case "$lib" in
-        */site-packages/*|/lib/x86_64-linux-gnu/libc.so*|/lib/x86_64-linux-gnu/libm.so*|*/ld-linux*) ;;
-        /lib/x86_64-linux-gnu/libpthread*|/lib/x86_64-linux-gnu/libdl*|/lib/x86_64-linux-gnu/librt*) ;;
+        # the wheel's, glibc's and the compiler runtime's (the GPU machine's own are newer)
+        */site-packages/*|*/libc.so*|*/libm.so*|*/ld-linux*|*/libpthread*|*/libdl*|*/librt*|*/libutil*) ;;
+        */libstdc++*|*/libgcc_s*) ;;
         *) cp -L "$lib" "$bundle/lib/" ;;
       esac
     done
-    cp /usr/share/games/fortunes/* "$bundle/" 2> /dev/null || true
-    mkdir -p "$bundle/text" && mv "$bundle"/fortunes* "$bundle"/*.u8 "$bundle/text/" 2> /dev/null || true
-    find "$bundle/text" -name '*.dat' -delete
+    # The GPT's text: the fortunes folder's regular files, as the text dataset reads it.
+    mkdir -p "$bundle/text"
+    find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' -exec cp {} "$bundle/text/" \;
     cp "$root/configs/gpt.json" "$root/configs/gpu_space.json" "$bundle/"
-    grep -qx '/gpu/' "$root/.git/info/exclude" 2> /dev/null || echo '/gpu/' >> "$root/.git/info/exclude"
     du -sh "$bundle"
     echo "packed $bundle: run it there with: bash scripts/gpu_check.sh run \"\$OUT\" (carry gpu)"
     exit 0
@@ -63,15 +64,15 @@ mkdir -p "$out"
 summary=$out/gpu_check.txt
 : > "$summary"
 say() { echo "$*" | tee -a "$summary"; }
-step() {  # step NAME LOG command...: runs it (or, dry, shows it), its exit code in the summary
-  local name=$1 log=$2; shift 2
+step() {  # step NAME LOG SECONDS command...: runs it (or, dry, shows it), its exit code in the summary
+  local name=$1 log=$2 limit=$3; shift 3
   if [ "$dry" = 1 ] && [ "$name" != gpu_steps ]; then
     say "would run ($name): $*"
     return 0
   fi
   local t0 rc=0
   t0=$(date +%s)
-  timeout 420 "$@" > "$out/$log" 2>&1 || rc=$?
+  timeout "$limit" "$@" > "$out/$log" 2>&1 || rc=$?
   say "$name: exit $rc in $(( $(date +%s) - t0 )) s -> $log"
   return $rc
 }
@@ -90,7 +91,7 @@ spikehunt=$bin/spikehunt
 [ "$dry" = 1 ] && say "dry run on $(hostname): the commands the GPU machine runs, gpu_steps run for real"
 
 # 1. plain against monitored, and the syncs of each
-step gpu_steps gpu_steps.json "$steps" 50 "$root/configs/gpt.json" "$text"
+step gpu_steps gpu_steps.json 120 "$steps" 50 "$root/configs/gpt.json" "$text"
 rc=$?
 if [ -s "$out/gpu_steps.json" ]; then
   grep -E '"model"|_ms"|syncs_per_step|monitored/plain|SKIPPED' "$out/gpu_steps.json" | tee -a "$summary"
@@ -98,16 +99,16 @@ fi
 [ "$dry" = 1 ] && [ $rc -eq 77 ] && say "gpu_steps: skipped here (no GPU), as expected in a dry run"
 
 # 2. a 16-run sweep with two workers sharing the GPU
-step sweep sweep.log "$spikehunt" sweep --space "$root/configs/gpu_space.json" --runs 16 -j 2 \
+step sweep sweep.log 240 "$spikehunt" sweep --space "$root/configs/gpu_space.json" --runs 16 -j 2 \
   --shrink-bursts 16 --max-shrinks 2 --no-progress --out "$out/sweep"
 [ -f "$out/sweep.log" ] && grep -E "runs, .* failed|^[0-9]+\. |replay: " "$out/sweep.log" | tee -a "$summary"
 
 # 3. a repro recorded on the GPU, replayed bit for bit
-step run run.log "$spikehunt" run --set device=cuda --out "$out/run"
+step run run.log 60 "$spikehunt" run --set device=cuda --out "$out/run"
 repro=$(ls "$out"/run/*/repro.json 2> /dev/null | head -n 1)
 [ "$dry" = 1 ] && repro=$out/run/ID/repro.json
-step replay replay.log "$spikehunt" replay "$repro"
-step replay_from_checkpoint replay_checkpoint.log "$spikehunt" replay "$repro" --from-checkpoint
+step replay replay.log 60 "$spikehunt" replay "$repro"
+step replay_from_checkpoint replay_checkpoint.log 60 "$spikehunt" replay "$repro" --from-checkpoint
 for f in run.log replay.log replay_checkpoint.log; do
   [ -f "$out/$f" ] && grep -E "^verdict:|reproduced|mismatch|LibTorch" "$out/$f" | tee -a "$summary"
 done

@@ -28,8 +28,8 @@ base=$("$python" -c 'import sys; print(sys._base_executable)')
 venv=$work/venv/bin
 unset PYTHONPATH
 start=$(date +%s)
-"$venv/python" -m pip install -q --disable-pip-version-check "$(grep '^torch==' "$src/requirements.txt")" ||
-  fail "pip install torch (the pin of requirements.txt)"
+"$venv/python" -m pip install -q --disable-pip-version-check $(grep -E '^(torch|numpy)==' "$src/requirements.txt") ||
+  fail "pip install torch and numpy (the pins of requirements.txt)"
 echo "ok: torch $("$venv/python" -c 'import torch; print(torch.__version__)') installed in $(( $(date +%s) - start )) s"
 start=$(date +%s)
 "$venv/python" -m pip install --disable-pip-version-check -C build-dir="$work/build" "$src" > "$work/pip.log" 2>&1 ||
@@ -42,7 +42,7 @@ cd "$work"  # no build tree, no source tree on any path from here on
 # The package is the installed one, and the extension sits in site-packages.
 expect 0 "site-packages/spikehunt/__init__.py" -- "$venv/python" -c 'import spikehunt; print(spikehunt.__file__)'
 expect 0 "^0\.[0-9]+\.[0-9]+" -- "$venv/python" -c 'import spikehunt; print(spikehunt.__version__)'
-expect 0 "run +one burst" -- "$venv/spikehunt" --help
+expect 0 "run +Run one training burst" -- "$venv/spikehunt" --help
 llama=$src/examples/python/llama.py
 small=(--set max_batches_per_epoch=6 --set schedule.warmup_steps=2 --set model.gpt.width=32 --set batch_size=4)
 expect 0 "verdict: healthy after 6 of 6 steps" -- \
@@ -53,7 +53,7 @@ cat > "$work/space.json" <<EOF
 {"base": {"scenario": "py_llama", "model": {"kind": "gpt", "gpt": {"width": 32, "layers": 1, "heads": 2, "context": 32}},
           "dataset": {"kind": "text"}, "optimizer": {"kind": "adamw", "lr": 0.003},
           "batch_size": 4, "max_batches_per_epoch": 8, "threads": 1},
- "dimensions": {"optimizer.lr": {"set": [0.003, 30]}, "seed": {"range": [0, 1], "simplest": 0}}}
+ "dimensions": {"optimizer.lr": {"set": [0.003, 10]}, "seed": {"range": [0, 1], "simplest": 0}}}
 EOF
 expect 1 "replay: reproduced" -- "$venv/python" "$llama" sweep --space "$work/space.json" --runs 4 -j 2 \
   --shrink-bursts 6 --max-shrinks 1 --no-progress --out "$work/sweep"
