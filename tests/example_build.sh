@@ -11,16 +11,8 @@ project="$src/examples/$example"
 [ -d "$project" ] || project="$src/$example"
 work=$(mktemp -d "/tmp/spikehunt-$(basename "$example").XXXXXX")
 trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-out=""
-expect() {  # expect CODE PATTERN -- command...   (the output stays in $out)
-  local code=$1 pattern=$2; shift 3
-  local rc=0
-  out=$("$@" 2>&1) || rc=$?
-  [ "$rc" -eq "$code" ] || { echo "$out" | tail -n 40; fail "exit $rc, expected $code: $*"; }
-  grep -qE -- "$pattern" <<<"$out" || { echo "$out" | tail -n 40; fail "no /$pattern/ in the output of: $*"; }
-  echo "ok: $* (exit $rc)"
-}
+# shellcheck source=tests/expect.sh
+. "$src/tests/expect.sh"
 
 # The example is a user's project: it includes spikehunt's public headers only.
 if grep -nE '#include *[<"](base|scenarios|harness|generators|cli)/' "$project"/*.cpp $(ls "$project"/*.h 2> /dev/null); then
