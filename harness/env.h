@@ -18,7 +18,7 @@ namespace spikehunt {
 
 struct Environment {
   std::string spikehunt = kVersion;
-  std::string libtorch;  // e.g. "1.13.0"
+  std::string libtorch;  // e.g. "2.11.0"
   std::string blas;      // e.g. "MKL 2024.2 (linked into LibTorch)", "OpenBLAS 0.3.21 (openmp, Haswell) via ..."
   std::string device;    // "cpu" or "cuda"
   int64_t threads = 0;   // LibTorch intra-op threads

@@ -152,9 +152,7 @@ def main():
     torch.set_num_threads(a.threads)
     if a.model == "gpt":
         result = gpt_main(a)
-        with open("/proc/self/maps") as maps:
-            libs = sorted({line.split()[-1] for line in maps if "blas" in line.split()[-1]})
-        result["blas"] = ", ".join(libs) or "none loaded"
+        result["blas"] = blas_in_use()
         print(json.dumps(result))
         return
     torch.manual_seed(0)
@@ -180,11 +178,19 @@ def main():
             times[m].append((time.perf_counter() - start) * 1000 / a.steps)
     for m in modes:
         result[m + "_ms"] = statistics.median(times[m])
-    # The BLAS this process loaded (Debian's libblas.so.3 alternative), not the build's BLAS_INFO.
+    result["blas"] = blas_in_use()
+    print(json.dumps(result))
+
+
+def blas_in_use():
+    """The BLAS LibTorch calls: the wheel's MKL, linked into libtorch_cpu.so (as spikehunt's environment
+    line says it), else the BLAS libraries this process loaded."""
+    mkl = [line.strip() for line in torch.__config__.show().splitlines() if "Math Kernel Library Version" in line]
+    if mkl and torch.backends.mkl.is_available():
+        return "MKL " + mkl[0].split("Version ")[1].split("-")[0] + " (linked into LibTorch)"
     with open("/proc/self/maps") as maps:
         libs = sorted({line.split()[-1] for line in maps if "blas" in line.split()[-1]})
-    result["blas"] = ", ".join(libs) or "none loaded"
-    print(json.dumps(result))
+    return ", ".join(libs) or "none loaded"
 
 
 if __name__ == "__main__":
