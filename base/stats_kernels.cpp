@@ -42,8 +42,35 @@ __attribute__((always_inline)) inline F max_abs_lanes(F m, F a) {
 
 __attribute__((always_inline)) inline float fold_max(float m, float a) { return a > m ? a : m; }
 
-template <int W>
-__attribute__((always_inline)) inline SumSqMax sumsq_max_body(const float* p, int64_t n) {
+// The element sources a sum-of-squares pass reads: V is a vector of floats
+// (a whole or half register), at() the same element as a scalar for the tail.
+struct Plain {  // p[i]
+  const float* p;
+  template <class V>
+  __attribute__((always_inline)) V get(int64_t i) const { return load<V>(p + i); }
+  float at(int64_t i) const { return p[i]; }
+};
+
+struct Difference {  // x[i] - y[i], in float, as LibTorch's sub writes it
+  const float *x, *y;
+  template <class V>
+  __attribute__((always_inline)) V get(int64_t i) const { return load<V>(x + i) - load<V>(y + i); }
+  float at(int64_t i) const { return x[i] - y[i]; }
+};
+
+struct SquareRatio {  // g[i]² / v[i], and 0 where v[i] <= 0, as g.square().div_(v).masked_fill_(v <= 0, 0)
+  const float *g, *v;
+  template <class V>
+  __attribute__((always_inline)) V get(int64_t i) const {
+    const V a = load<V>(g + i), d = load<V>(v + i);
+    const V q = (a * a) / d;
+    return d <= 0 ? V{} : q;
+  }
+  float at(int64_t i) const { return v[i] <= 0 ? 0.0f : (g[i] * g[i]) / v[i]; }
+};
+
+template <int W, class Source>
+__attribute__((always_inline)) inline SumSqMax sumsq_max_body(Source src, int64_t n) {
   using F = typename Vec<W>::F;
   using H = typename Vec<W>::H;
   using D = typename Vec<W>::D;
@@ -54,11 +81,11 @@ __attribute__((always_inline)) inline SumSqMax sumsq_max_body(const float* p, in
   for (; i + kStep <= n; i += kStep) {
     for (int half = 0; half < 2; ++half) {  // lane k gets element k, then k + 16: in order
       for (int a = 0; a < kAcc; ++a) {
-        const D d = __builtin_convertvector(load<H>(p + i + half * kLanes + a * (W / 2)), D);
+        const D d = __builtin_convertvector(src.template get<H>(i + half * kLanes + a * (W / 2)), D);
         s[a] += d * d;  // exact: a float's square fits a double's mantissa
       }
     }
-    for (int k = 0; k < kStep / W; ++k) m = max_abs_lanes(m, load<F>(p + i + k * W));
+    for (int k = 0; k < kStep / W; ++k) m = max_abs_lanes(m, src.template get<F>(i + k * W));
   }
   SumSqMax r;
   for (int a = 0; a < kAcc; ++a) {
@@ -66,9 +93,10 @@ __attribute__((always_inline)) inline SumSqMax sumsq_max_body(const float* p, in
   }
   for (int l = 0; l < W; ++l) r.max = fold_max(r.max, m[l]);
   for (; i < n; ++i) {
-    const double d = p[i];
+    const float x = src.at(i);
+    const double d = x;
     r.sumsq += d * d;
-    r.max = fold_max(r.max, std::fabs(p[i]));
+    r.max = fold_max(r.max, std::fabs(x));
   }
   return r;
 }
@@ -136,18 +164,23 @@ __attribute__((always_inline)) inline float leaky_relu_body(const float* x, floa
   return resolve_max(mx, non_finite != 0, out, n);
 }
 
-SumSqMax sumsq_max_baseline(const float* p, int64_t n) { return sumsq_max_body<4>(p, n); }
+template <class Source>
+SumSqMax sumsq_max_baseline(Source src, int64_t n) {
+  return sumsq_max_body<4>(src, n);
+}
 float max_abs_baseline(const float* p, int64_t n) { return max_abs_body<4>(p, n); }
 float leaky_relu_baseline(const float* x, float* out, int64_t n, float slope) {
   return leaky_relu_body<4>(x, out, n, slope);
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) SumSqMax sumsq_max_avx2(const float* p, int64_t n) {
-  return sumsq_max_body<8>(p, n);
+template <class Source>
+__attribute__((target("avx2,fma"))) SumSqMax sumsq_max_avx2(Source src, int64_t n) {
+  return sumsq_max_body<8>(src, n);
 }
-__attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma"))) SumSqMax sumsq_max_avx512(const float* p, int64_t n) {
-  return sumsq_max_body<16>(p, n);
+template <class Source>
+__attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma"))) SumSqMax sumsq_max_avx512(Source src, int64_t n) {
+  return sumsq_max_body<16>(src, n);
 }
 
 __attribute__((target("avx2,fma"))) float max_abs_avx2(const float* p, int64_t n) { return max_abs_body<8>(p, n); }
@@ -173,8 +206,14 @@ Isa detect() {
 #else
 // Elsewhere only the baseline body runs (the compiler's own vectorization).
 Isa detect() { return Isa::kBaseline; }
-SumSqMax sumsq_max_avx2(const float* p, int64_t n) { return sumsq_max_body<4>(p, n); }
-SumSqMax sumsq_max_avx512(const float* p, int64_t n) { return sumsq_max_body<4>(p, n); }
+template <class Source>
+SumSqMax sumsq_max_avx2(Source src, int64_t n) {
+  return sumsq_max_body<4>(src, n);
+}
+template <class Source>
+SumSqMax sumsq_max_avx512(Source src, int64_t n) {
+  return sumsq_max_body<4>(src, n);
+}
 float max_abs_avx2(const float* p, int64_t n) { return max_abs_body<4>(p, n); }
 float max_abs_avx512(const float* p, int64_t n) { return max_abs_body<4>(p, n); }
 float leaky_relu_avx2(const float* x, float* out, int64_t n, float slope) { return leaky_relu_body<4>(x, out, n, slope); }
@@ -214,8 +253,23 @@ Fn variant(Isa isa, Fn baseline, Fn avx2, Fn avx512) {
 
 }  // namespace
 
-SumSqMax sumsq_max(const float* p, int64_t n, Isa isa) {
-  return variant(isa, sumsq_max_baseline, sumsq_max_avx2, sumsq_max_avx512)(p, n);
+namespace {
+
+template <class Source>
+SumSqMax sumsq_max_of(Source src, int64_t n, Isa isa) {
+  return variant(isa, sumsq_max_baseline<Source>, sumsq_max_avx2<Source>, sumsq_max_avx512<Source>)(src, n);
+}
+
+}  // namespace
+
+SumSqMax sumsq_max(const float* p, int64_t n, Isa isa) { return sumsq_max_of(Plain{p}, n, isa); }
+
+SumSqMax sumsq_max_difference(const float* x, const float* y, int64_t n, Isa isa) {
+  return sumsq_max_of(Difference{x, y}, n, isa);
+}
+
+SumSqMax sumsq_max_square_ratio(const float* g, const float* v, int64_t n, Isa isa) {
+  return sumsq_max_of(SquareRatio{g, v}, n, isa);
 }
 
 float max_abs(const float* p, int64_t n, Isa isa) {
@@ -250,11 +304,30 @@ float max_keeping_nan(float a, float b) { return std::isnan(a) || std::isnan(b) 
 
 }  // namespace
 
+namespace {
+
+SumSqMax combine_sumsq_max(SumSqMax a, SumSqMax b) { return {a.sumsq + b.sumsq, std::max(a.max, b.max)}; }
+
+}  // namespace
+
 SumSqMax sumsq_max_parallel(const float* p, int64_t n) {
   const Isa isa = best_isa();
   return chunked<SumSqMax>(
-      n, [=](int64_t offset, int64_t count) { return sumsq_max(p + offset, count, isa); },
-      [](SumSqMax a, SumSqMax b) { return SumSqMax{a.sumsq + b.sumsq, std::max(a.max, b.max)}; });
+      n, [=](int64_t offset, int64_t count) { return sumsq_max(p + offset, count, isa); }, combine_sumsq_max);
+}
+
+SumSqMax sumsq_max_difference_parallel(const float* x, const float* y, int64_t n) {
+  const Isa isa = best_isa();
+  return chunked<SumSqMax>(
+      n, [=](int64_t offset, int64_t count) { return sumsq_max_difference(x + offset, y + offset, count, isa); },
+      combine_sumsq_max);
+}
+
+SumSqMax sumsq_max_square_ratio_parallel(const float* g, const float* v, int64_t n) {
+  const Isa isa = best_isa();
+  return chunked<SumSqMax>(
+      n, [=](int64_t offset, int64_t count) { return sumsq_max_square_ratio(g + offset, v + offset, count, isa); },
+      combine_sumsq_max);
 }
 
 float max_abs_parallel(const float* p, int64_t n) {
@@ -269,6 +342,53 @@ float leaky_relu_max_abs_parallel(const float* x, float* out, int64_t n, float s
   return chunked<float>(
       n, [=](int64_t offset, int64_t count) { return leaky_relu_max_abs(x + offset, out + offset, count, slope, isa); },
       max_keeping_nan);
+}
+
+namespace {
+
+SumSqMax run_task(const StatsTask& t) {
+  switch (t.kind) {
+    case StatsTask::kDifference: return sumsq_max_difference_parallel(t.x, t.y, t.n);
+    case StatsTask::kSquareRatio: return sumsq_max_square_ratio_parallel(t.x, t.y, t.n);
+    case StatsTask::kPlain: break;
+  }
+  return sumsq_max_parallel(t.x, t.n);
+}
+
+}  // namespace
+
+void sumsq_max_tasks(const std::vector<StatsTask>& tasks) {
+  std::vector<const StatsTask*> small;
+  for (const StatsTask& t : tasks) {
+    if (t.n >= 2 * kChunk) *t.out = run_task(t);  // in parallel chunks of its own
+    else small.push_back(&t);
+  }
+  // One task per iteration: a parameter's statistics take microseconds, and
+  // the tensors of a step are many (a GPT block has twelve).
+  at::parallel_for(0, int64_t(small.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) *small[size_t(i)]->out = run_task(*small[size_t(i)]);
+  });
+}
+
+float lower_triangle_max_abs_parallel(const float* p, int64_t matrices, int64_t rows, int64_t cols) {
+  const Isa isa = best_isa();
+  const int64_t size = rows * cols;
+  std::vector<float> part(static_cast<size_t>(std::max<int64_t>(matrices, 0)), 0.0f);
+  // A grain of whole matrices worth about one chunk of elements; max is
+  // exact, so the split does not change the result.
+  const int64_t grain = std::max<int64_t>(1, kChunk / std::max<int64_t>(size, 1));
+  at::parallel_for(0, matrices, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) {
+      float mx = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        mx = max_keeping_nan(mx, max_abs(p + m * size + r * cols, std::min(r + 1, cols), isa));
+      }
+      part[size_t(m)] = mx;
+    }
+  });
+  float mx = 0;
+  for (float x : part) mx = max_keeping_nan(mx, x);
+  return mx;
 }
 
 int parallel_threads_used(int64_t n) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
+#include <tuple>
 
 #include "base/stats_kernels.h"
 #include "scenarios/optimizers.h"
@@ -13,14 +15,41 @@ namespace spikehunt {
 
 namespace {
 
-// {L2 norm, max |x|}; both NaN if any element is NaN.
-std::pair<double, double> stats_f32(const float* p, int64_t n) {
-  const SumSqMax s = sumsq_max_parallel(p, n);
+// {L2 norm, max |x|}; both NaN if any element was NaN.
+std::pair<double, double> norm_max(const SumSqMax& s) {
   if (std::isnan(s.sumsq)) return {s.sumsq, s.sumsq};
   return {std::sqrt(s.sumsq), double(s.max)};
 }
 
+std::pair<double, double> stats_f32(const float* p, int64_t n) { return norm_max(sumsq_max_parallel(p, n)); }
+
 bool fused(const torch::Tensor& t) { return t.is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous(); }
+
+// The statistics of CPU float32 tensors, queued while their slots are laid
+// out and computed together (sumsq_max_tasks), so the intra-op threads share
+// a step's many small parameters instead of one thread reading them in turn.
+class StatsQueue {
+ public:
+  void add(StatsTask::Kind kind, const torch::Tensor& x, const torch::Tensor* y, int slot) {
+    tasks_.push_back({kind, x.data_ptr<float>(), y != nullptr ? y->data_ptr<float>() : nullptr, x.numel(), nullptr});
+    slots_.push_back(slot);
+  }
+  // Each result into values[slot] and values[slot + 1]: {norm, max}.
+  void run(std::vector<double>& values) {
+    std::vector<SumSqMax> out(tasks_.size());
+    for (size_t j = 0; j < tasks_.size(); ++j) tasks_[j].out = &out[j];
+    sumsq_max_tasks(tasks_);
+    for (size_t j = 0; j < tasks_.size(); ++j) {
+      std::tie(values[size_t(slots_[j])], values[size_t(slots_[j]) + 1]) = norm_max(out[j]);
+    }
+    tasks_.clear();
+    slots_.clear();
+  }
+
+ private:
+  std::vector<StatsTask> tasks_;
+  std::vector<int> slots_;
+};
 
 }  // namespace
 
@@ -123,6 +152,12 @@ void Monitor::put_stats(int slot, const torch::Tensor& t) {
   } else {
     put(slot, tensor_stats(t));
   }
+}
+
+int Monitor::push_values(const SumSqMax& s) {
+  const int slot = reserve(2);
+  std::tie(values_[size_t(slot)], values_[size_t(slot) + 1]) = norm_max(s);
+  return slot;
 }
 
 int Monitor::push_stats(const torch::Tensor& t) {
@@ -252,6 +287,10 @@ int Monitor::push_spike_score(size_t i, const torch::Tensor& g) {
     const torch::Tensor& v = b.tensor;
     if (v.sizes() != g.sizes()) return -1;
     // g² / v, and 0 where v is 0 (a coordinate with no gradient seen yet)
+    if (fused(g) && fused(v)) {  // one pass over g and v, nothing written
+      const SumSqMax s = sumsq_max_square_ratio_parallel(g.data_ptr<float>(), v.data_ptr<float>(), g.numel());
+      return push_values(s);
+    }
     return push_stats(g.to(v.dtype()).square().div_(v).masked_fill_(v <= 0, 0));
   }
   return -1;
@@ -259,11 +298,23 @@ int Monitor::push_spike_score(size_t i, const torch::Tensor& g) {
 
 void Monitor::after_backward() {
   torch::NoGradGuard no_grad;
-  // Backward produces gradients from the last layer to the first: check them in that order.
+  // Backward produces gradients from the last layer to the first: check them
+  // in that order, once the statistics of all of them are computed together.
+  StatsQueue queue;
   for (size_t i = params_.size(); i-- > 0;) {
     const torch::Tensor& g = params_[i].tensor.grad();
     if (!g.defined()) continue;
-    layers_[i].grad = push_stats(g);
+    if (fused(g)) {
+      layers_[i].grad = reserve(2);
+      queue.add(StatsTask::kPlain, g, nullptr, layers_[i].grad);
+    } else {
+      layers_[i].grad = push_stats(g);
+    }
+  }
+  queue.run(values_);
+  for (size_t i = params_.size(); i-- > 0;) {
+    const torch::Tensor& g = params_[i].tensor.grad();
+    if (!g.defined()) continue;
     check(Stage::kBackward, params_[i].name + ".grad", g, layers_[i].grad);
     if (adaptive_[i] && spike_scores_) layers_[i].spike = push_spike_score(i, g);
   }
@@ -281,7 +332,11 @@ void Monitor::after_backward() {
     if (!copy.defined() || copy.sizes() != t.sizes() || copy.dtype() != t.dtype() || copy.device() != t.device()) {
       copy = torch::empty_like(t, torch::MemoryFormat::Contiguous);
     }
-    copy.copy_(t.detach());
+    if (t.is_cpu() && t.is_contiguous() && t.nbytes() <= (size_t{1} << 20)) {
+      std::memcpy(copy.data_ptr(), t.data_ptr(), t.nbytes());  // a small tensor: no dispatch, no thread team
+    } else {
+      copy.copy_(t.detach());
+    }
   }
   copied_ = true;
 }
@@ -311,14 +366,25 @@ StepRecord Monitor::finish_step() {
     layers_[p].state.push_back(state_slot.back());
     layer_state[p].push_back(state_slot.size() - 1);
   }
+  StatsQueue queue;
+  auto stats = [&](int slot, const torch::Tensor& t) {
+    if (fused(t)) queue.add(StatsTask::kPlain, t, nullptr, slot);
+    else put_stats(slot, t);
+  };
+  if (copied_) {
+    for (size_t i = 0; i < params_.size(); ++i) layers_[i].update = reserve(2);
+  }
   for (size_t i = params_.size(); i-- > 0;) {
-    for (size_t j : layer_state[i]) put_stats(state_slot[j], state[j].tensor);
-    put_stats(layers_[i].after, params_[i].tensor);
-    if (copied_) {  // the step: before − after, in the copy (copied again next step)
-      layers_[i].update = reserve(2);
-      put_stats(layers_[i].update, before_copy_[i].sub_(params_[i].tensor.detach()));
+    for (size_t j : layer_state[i]) stats(state_slot[j], state[j].tensor);
+    const torch::Tensor& t = params_[i].tensor;
+    stats(layers_[i].after, t);
+    if (copied_) {  // the step: before − after, read from the copy and the parameter
+      torch::Tensor& before = before_copy_[i];
+      if (fused(before) && fused(t)) queue.add(StatsTask::kDifference, before, &t, layers_[i].update);
+      else put_stats(layers_[i].update, before.sub_(t.detach()));
     }
   }
+  queue.run(values_);
   for (size_t i = 0; i < params_.size(); ++i) {
     check(Stage::kOptimizerStep, params_[i].name, params_[i].tensor, layers_[i].after);
   }

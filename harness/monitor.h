@@ -28,6 +28,8 @@
 
 namespace spikehunt {
 
+struct SumSqMax;
+
 // ---- per-tensor statistics ----
 
 // {L2 norm accumulated in double, max |x|} of t as a (2,) float64 tensor on
@@ -70,6 +72,7 @@ class Monitor : public TapSink {
   void begin_step(const Batch& batch) { begin_step(batch.step, {batch}); }
   void on_tap(const char* name, const torch::Tensor& t) override;
   void on_tap_max(const char* name, const torch::Tensor& t, double max_abs) override;
+  bool reads_max_only() const override { return true; }  // t is read only for a non-finite max
   void after_forward(const torch::Tensor& output);  // what forward returned: its max |x|, once per micro-batch
   void after_loss(const torch::Tensor& loss);       // the unscaled loss, once per micro-batch
   // fp16 (Trainer's LossScaler): the scale this step used and whether it was skipped.
@@ -107,6 +110,7 @@ class Monitor : public TapSink {
   // Records t's statistics; returns the slot of its norm (max |x| is slot + 1).
   // CPU values land in values_ at once; device values wait for the one copy.
   int push_stats(const torch::Tensor& t);
+  int push_values(const SumSqMax& s);  // a fused kernel's statistics: {norm, max}
   int push_max(const torch::Tensor& t);   // max |x|; returns its slot
   int push_scalar(torch::Tensor scalar);  // a 0-dim tensor
   // Parameter i's SPAM gradient spike score (LayerStats::grad_spike_score)

@@ -143,6 +143,24 @@ Gpt::Gpt(const GptConfig& config, int64_t vocab) : config_(config), vocab_(vocab
   }
 }
 
+namespace {
+
+// The attention scores as the model uses them: the future masked to 0. A sink
+// that reads only the max gets it from the lower triangles in one pass, with
+// no masked copy written; a non-finite max, or any other sink, gets the copy.
+void tap_causal_scores(const Tap& tap, const char* name, const torch::Tensor& logits, const torch::Tensor& future) {
+  if (tap.reads_max_only() && logits.is_cpu() && logits.scalar_type() == torch::kFloat32 && logits.is_contiguous() &&
+      logits.dim() >= 2) {
+    const int64_t rows = logits.size(-2), cols = logits.size(-1);
+    const int64_t matrices = rows * cols == 0 ? 0 : logits.numel() / (rows * cols);
+    const float max_abs = lower_triangle_max_abs_parallel(logits.data_ptr<float>(), matrices, rows, cols);
+    if (std::isfinite(max_abs)) return tap(name, logits, max_abs);
+  }
+  tap(name, logits.masked_fill(future, 0.0));
+}
+
+}  // namespace
+
 torch::Tensor Gpt::forward(const torch::Tensor& tokens, const Tap& tap) {
   const int64_t b = tokens.size(0), t = tokens.size(1), c = config_.width, h = config_.heads, d = c / h;
   const torch::Tensor pos = torch::arange(t, torch::TensorOptions().dtype(torch::kInt64).device(tokens.device()));
@@ -160,7 +178,7 @@ torch::Tensor Gpt::forward(const torch::Tensor& tokens, const Tap& tap) {
       k = blk.k_ln->forward(k.to(torch::kFloat32));
     }
     const torch::Tensor logits = torch::matmul(q, k.transpose(-2, -1)) * scale;  // (B, H, T, T)
-    if (tap.on()) tap(blk.attn_name.c_str(), logits.masked_fill(future, 0.0));
+    if (tap.on()) tap_causal_scores(tap, blk.attn_name.c_str(), logits, future);
     const torch::Tensor att = torch::softmax(logits.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
     const torch::Tensor y = torch::matmul(att, v).transpose(1, 2).reshape({b, t, c});
     x = x + blk.proj->forward(y);

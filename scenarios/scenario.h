@@ -50,6 +50,11 @@ class TapSink {
   // t's max |x| was taken while t was written (a fused activation): a sink
   // may keep it instead of reading t again. The default reads t.
   virtual void on_tap_max(const char* name, const torch::Tensor& t, double max_abs) { on_tap(name, t); }
+  // Whether on_tap_max reads only max_abs while it is finite (t's size and
+  // device aside): then a model may pass a tensor that differs from the
+  // tapped value outside what max_abs covers (an attention score before its
+  // causal mask) and skip writing the tapped value at all.
+  virtual bool reads_max_only() const { return false; }
 };
 
 class Tap {
@@ -63,6 +68,7 @@ class Tap {
     if (sink_ != nullptr) sink_->on_tap_max(name, t, max_abs);
   }
   bool on() const { return sink_ != nullptr; }
+  bool reads_max_only() const { return sink_ != nullptr && sink_->reads_max_only(); }
 
  private:
   TapSink* sink_ = nullptr;

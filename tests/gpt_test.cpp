@@ -99,6 +99,48 @@ TEST(Gpt, AttentionIsCausalAndItsTapIsTheScaledDotProduct) {
   EXPECT_EQ(la.triu(1).abs().max().item<double>(), 0.0) << "future positions are 0, not -inf";
 }
 
+// A sink that reads only the max (the monitor) gets the attention tap's max
+// from the lower triangles without the masked copy: the same bits as the max
+// of the copy other sinks get; and the copy itself once the max is not finite.
+struct MaxOnlySink : NameSink {
+  std::map<std::string, double> max;
+  void on_tap_max(const char* name, const torch::Tensor& t, double max_abs) override {
+    names.push_back(name);
+    tensors[name] = t.detach().clone();
+    max[name] = max_abs;
+  }
+  bool reads_max_only() const override { return true; }
+};
+
+TEST(Gpt, AMaxOnlySinkGetsTheMaskedAttentionMaxWithoutTheCopyUnlessItIsNotFinite) {
+  TrainingConfig c = tiny_gpt({"model.gpt.layers=2"});
+  torch::manual_seed(2);
+  Gpt gpt(c.model.gpt);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor x = torch::randint(0, 256, {3, 16}, torch::kInt64);
+  NameSink all;
+  MaxOnlySink fast;
+  gpt.forward(x, Tap(&all));
+  gpt.forward(x, Tap(&fast));
+  EXPECT_EQ(fast.names, gpt.tap_names());
+  for (const char* name : {"block0_attn_logits", "block1_attn_logits"}) {
+    ASSERT_EQ(fast.max.count(name), 1u) << name;
+    EXPECT_EQ(fast.max[name], all.tensors[name].abs().max().item<double>()) << name;
+    EXPECT_NE(fast.tensors[name].triu(1).abs().max().item<double>(), 0.0) << name << ": the unmasked scores, no copy";
+  }
+  EXPECT_EQ(fast.max.count("block0_mlp_act"), 0u) << "other taps are unchanged";
+
+  // A NaN query bias makes head 0's visible scores NaN: the masked copy, as before.
+  for (auto& p : gpt.named_parameters()) {
+    if (p.key() == "block0_qkv.bias") p.value()[0] = std::nan("");
+  }
+  MaxOnlySink bad;
+  gpt.forward(x, Tap(&bad));
+  EXPECT_EQ(bad.max.count("block0_attn_logits"), 0u) << "a non-finite max: the copy, read by on_tap";
+  ASSERT_EQ(bad.tensors.count("block0_attn_logits"), 1u);
+  EXPECT_EQ(bad.tensors["block0_attn_logits"].triu(1).abs().max().item<double>(), 0.0) << "masked";
+}
+
 TEST(TextData, EveryTwentiethBlockIsHeldOut) {
   std::string bytes;
   for (int i = 0; i < 45 * 1024; ++i) bytes.push_back(char('a' + (i / 1024) % 26));
