@@ -4,7 +4,7 @@
 //
 // How Python code meets the C++ contract:
 //   - model(): the Python nn.Module's parameters and buffers (the same
-//     tensors, no copy: python3-torch and libtorch-dev share one LibTorch)
+//     tensors, no copy: the module is built against the process's torch)
 //     in a tree of C++ modules named as PyTorch names them ("fc1.weight"), so
 //     the monitor and the checkpoints see them; train()/eval() on it switch
 //     the Python module;

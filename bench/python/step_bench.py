@@ -12,7 +12,7 @@ LeakyReLU 0.01, SGD lr 0.05 momentum 0.9) as
 
 and then a sweep of tiny Python bursts (tests/python/tiny.py) through persistent
 workers against a process a burst (bursts per minute). Prints a table of median
-ms per step and ratios to torch plain, and the BLAS this process loaded.
+ms per step and ratios to torch plain, and the BLAS LibTorch calls.
 
 Usage: PYTHONPATH=build/python .venv/bin/python bench/python/step_bench.py [--threads 2] [--rounds 5] [--steps 30]
 """
@@ -133,10 +133,8 @@ def main():
         for name, f in rows.items():
             times[name].append(f())
     base = statistics.median(times["torch plain"])
-    with open("/proc/self/maps") as maps:
-        blas = sorted({line.split()[-1] for line in maps if "blas" in line.split()[-1]})
     print(f"simple_cnn step, batch 64, {a.threads} thread(s), torch {torch.__version__}, "
-          f"{a.rounds} rounds of {STEPS} steps; BLAS: {', '.join(blas) or 'none loaded'}")
+          f"{a.rounds} rounds of {STEPS} steps; BLAS: {peer.blas_in_use()}")
     print(f"{'':18} {'ms/step':>9} {'/ torch plain':>14}")
     for name in rows:
         m = statistics.median(times[name])
