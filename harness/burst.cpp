@@ -1,4 +1,5 @@
 #include "harness/burst.h"
+#include "harness/burst_steps.h"
 
 #include <malloc.h>
 
@@ -38,88 +39,109 @@ void set_crashed(Verdict& v, const TrainingError& e) {
 
 // ---- the burst ----
 
+BurstSteps::BurstSteps(Scenario& scenario, const HealthRules& rules, const BurstOptions& options)
+    : scenario_(scenario),
+      rules_(rules),
+      options_(options),
+      monitor_(scenario, rules),
+      result_{Verdict{}, Trace(options.trace_capacity), {}, std::nullopt, std::nullopt},
+      step_(options.start_step) {
+  monitor_.set_fail_fast(options.fail_fast);
+  if (options.resume) {
+    monitor_.restore(*options.resume);
+    result_.verdict.hash_chain = options.resume->chain;
+  }
+}
+
+void BurstSteps::begin(const std::vector<Batch>& batches) {
+  if (options_.keep_states && !result_.verdict.onset_step) {
+    entering_ = {step_, capture_state(scenario_), monitor_.state()};
+  }
+  monitor_.begin_step(step_, batches);
+}
+
+const StepRecord& BurstSteps::finish(double step_ms) {
+  Verdict& v = result_.verdict;
+  last_ = monitor_.finish_step();
+  StepRecord& r = last_;
+  ++step_;
+  r.step_ms = step_ms;
+  ++v.steps_run;
+  v.hash_chain = monitor_.hash_chain();
+  result_.step_hashes.push_back({r.input_hash, r.label_hash});
+  if (r.health != Health::kFinite && !v.onset_step) {
+    v.onset_step = r.step;
+    v.onset_rules = r.rules;
+    v.onset_hits = r.hits;
+    v.movers = r.movers;
+    v.outcome = Outcome::kExtreme;
+    if (options_.keep_states) {
+      result_.last_healthy = std::move(entering_);
+      result_.first_bad = StateSnapshot{r.step, capture_state(scenario_), monitor_.state()};
+    }
+  }
+  if (r.health == Health::kNonFinite) {
+    v.outcome = Outcome::kNonFinite;
+    v.failure_step = r.step;
+    v.fault = r.fault;
+    if (options_.keep_states && r.step != result_.first_bad->step) {
+      result_.first_bad = StateSnapshot{r.step, capture_state(scenario_), monitor_.state()};
+    }
+  }
+  result_.trace.push(r);
+  if (options_.on_step) options_.on_step(r);
+  over_ = r.health == Health::kNonFinite || (r.health == Health::kExtreme && rules_.stop_at == StopAt::kExtreme);
+  return r;
+}
+
 BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstOptions& options) {
-  BurstResult result{Verdict{}, Trace(options.trace_capacity), {}, std::nullopt, std::nullopt};
-  Verdict& v = result.verdict;
   WarningCounter warnings;  // LibTorch's warnings counted, not printed each step, and kept in the verdict
   const auto start = Clock::now();
   std::optional<Trainer> trainer;
-  std::optional<Monitor> monitor;
+  std::optional<BurstSteps> steps;
+  BurstResult plain{Verdict{}, Trace(options.trace_capacity), {}, std::nullopt, std::nullopt};
+  auto done = [&](BurstResult& result) {
+    result.verdict.wall_seconds = ms_since(start) / 1000.0;
+    result.verdict.warnings = warnings.counts();
+    return std::move(result);
+  };
   try {  // the scenario breaks its contract (scenario.h), or its code throws
     in_training_code("setup", {}, [&] {
       trainer.emplace(scenario);
-      v.planned_steps = trainer->planned_steps();
-      if (options.monitor) monitor.emplace(scenario, rules);
+      plain.verdict.planned_steps = trainer->planned_steps();
+      if (options.monitor) steps.emplace(scenario, rules, options);
     });
   } catch (const TrainingError& e) {
-    set_crashed(v, e);
-    v.wall_seconds = ms_since(start) / 1000.0;
-    v.warnings = warnings.counts();
-    return result;
+    set_crashed(plain.verdict, e);
+    return done(plain);
   }
-  if (monitor) monitor->set_fail_fast(options.fail_fast);
-  if (monitor && options.resume) {
-    monitor->restore(*options.resume);
-    v.hash_chain = options.resume->chain;
-  }
-  StateSnapshot entering;  // the state entering the current step, until the onset
+  BurstResult& result = steps ? steps->result() : plain;
+  result.verdict.planned_steps = plain.verdict.planned_steps;
+  Verdict& v = result.verdict;
   int64_t step = options.start_step;
-
   try {
     while (options.max_steps < 0 || v.steps_run < options.max_steps) {
       const std::vector<Batch> batches = trainer->next_batches();
       if (batches.empty()) break;
       const auto t0 = Clock::now();
-      if (!monitor) {
+      if (!steps) {
         trainer->step(step++, batches, nullptr);
         ++v.steps_run;
         continue;
       }
-      if (options.keep_states && !v.onset_step) entering = {step, capture_state(scenario), monitor->state()};
       try {
-        monitor->begin_step(step, batches);
-        trainer->step(step, batches, &*monitor);
+        steps->begin(batches);
+        trainer->step(steps->next_step(), batches, &steps->monitor());
       } catch (const Monitor::FailFast&) {
         // cut short at its first non-finite statistic; recorded below as it stands
       }
-      StepRecord r = monitor->finish_step();
-      ++step;
-      r.step_ms = ms_since(t0);
-      ++v.steps_run;
-      v.hash_chain = monitor->hash_chain();
-      result.step_hashes.push_back({r.input_hash, r.label_hash});
-
-      const bool bad = r.health != Health::kFinite;
-      if (bad && !v.onset_step) {
-        v.onset_step = r.step;
-        v.onset_rules = r.rules;
-        v.onset_hits = r.hits;
-        v.movers = r.movers;
-        v.outcome = Outcome::kExtreme;
-        if (options.keep_states) {
-          result.last_healthy = std::move(entering);
-          result.first_bad = StateSnapshot{r.step, capture_state(scenario), monitor->state()};
-        }
-      }
-      if (r.health == Health::kNonFinite) {
-        v.outcome = Outcome::kNonFinite;
-        v.failure_step = r.step;
-        v.fault = r.fault;
-        if (options.keep_states && r.step != result.first_bad->step) {
-          result.first_bad = StateSnapshot{r.step, capture_state(scenario), monitor->state()};
-        }
-      }
-      result.trace.push(r);
-      if (options.on_step) options.on_step(r);
-      if (r.health == Health::kNonFinite) break;
-      if (r.health == Health::kExtreme && rules.stop_at == StopAt::kExtreme) break;
+      steps->finish(ms_since(t0));
+      if (steps->over()) break;
     }
   } catch (const TrainingError& e) {
     set_crashed(v, e);
   }
-  v.wall_seconds = ms_since(start) / 1000.0;
-  v.warnings = warnings.counts();
-  return result;
+  return done(result);
 }
 
 void configure_runtime(const TrainingConfig& config) {

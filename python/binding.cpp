@@ -19,10 +19,9 @@
 // The GIL: cli_main runs without it; every call into Python takes it.
 #include <torch/extension.h>
 
-#include <condition_variable>
+#include <chrono>
+#include <mutex>
 #include <cstdlib>
-#include <deque>
-#include <thread>
 #include <map>
 #include <set>
 #include <unordered_set>
@@ -32,6 +31,7 @@
 #include "cli/cli.h"
 #include "base/files.h"
 #include "harness/burst.h"
+#include "harness/burst_steps.h"
 #include "harness/checkpoint.h"
 #include "harness/report.h"
 #include "harness/results.h"
@@ -646,77 +646,32 @@ class PyScenario : public Scenario {
   bool own_skip_ = false, own_clip_ = false, tapping_ = false;
 };
 
-// ---- the monitor inside a loop of the user's own (spikehunt.Watch) ----
+// ---- the monitor inside a loop of the user's own (spikehunt.Watch, the callbacks) ----
 //
-// The user's loop computes the outputs and the loss; w.step(loss, inputs,
-// targets) hands them, with the taps its hooks collected, to a burst that
-// runs on a thread of its own over a LoopScenario: its next_batch() waits
-// for the handoff, forward() replays the taps and returns the outputs,
-// loss() returns the loss, and the Trainer then does what the contract says
-// (zero the gradients, backward, clip, step every optimizer). So the
-// monitor, the health judge, the trace, the checkpoints and fail-fast are
-// run_burst's own. w.step() waits for the step's record.
+// The user's loop (or Lightning's, or the Hugging Face Trainer's) runs the
+// step on its own thread; spikehunt.Watch calls the monitor's stages as the
+// loop reaches them: begin() with the step's micro-batches, their outputs,
+// losses and the taps the hooks collected; after_backward() once the
+// gradients are in; finish() after the optimizer step. BurstSteps records
+// what run_burst records, so the trace, verdict, checkpoints and fail-fast
+// are the same as `run`'s. The LoopScenario only names the model, the
+// optimizers and the classes to the monitor: it trains nothing.
 class LoopScenario : public Scenario {
  public:
-  struct Step {
-    torch::Tensor inputs, targets, outputs, loss;
-    std::vector<std::pair<std::string, torch::Tensor>> taps;
-  };
-
   LoopScenario(const py::object& module, const py::list& optimizers, int64_t planned, int64_t classes)
       : training_(module), planned_(planned), classes_(classes) {
     for (const py::handle o : optimizers) training_.add(o);
   }
-
-  // The user's thread: hands one step over and waits for its record (nullopt: the burst is over).
-  std::optional<StepRecord> step(Step s) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (over_) return std::nullopt;
-    pending_ = std::move(s);
-    record_.reset();
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return record_.has_value() || over_; });
-    std::optional<StepRecord> r = std::move(record_);
-    record_.reset();
-    return r;
-  }
-  void close() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    closing_ = true;
-    cv_.notify_all();
-  }
-  // The burst's thread.
-  void recorded(const StepRecord& r) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    record_ = r;
-    cv_.notify_all();
-  }
-  void ended() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    over_ = true;
-    cv_.notify_all();
-  }
-
   torch::nn::Module& model() override { return *training_.model; }
   torch::optim::Optimizer& optimizer() override { return *training_.optimizers.front(); }
   std::vector<NamedOptimizer> optimizers() override { return training_.named(); }
-  std::optional<Batch> next_batch() override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [&] { return pending_.has_value() || closing_; });
-    if (!pending_) return std::nullopt;
-    current_ = std::move(*pending_);
-    pending_.reset();
-    Batch b;
-    b.inputs = current_.inputs;
-    b.targets = current_.targets;
-    b.step = b.batch = step_++;
-    return b;
+  std::optional<Batch> next_batch() override { return std::nullopt; }
+  torch::Tensor forward(const torch::Tensor&, const Tap&) override {
+    throw std::logic_error("a watch's steps run in the user's loop");
   }
-  torch::Tensor forward(const torch::Tensor&, const Tap& tap) override {
-    for (const auto& [name, t] : current_.taps) tap(interned(name), t);
-    return current_.outputs;
+  torch::Tensor loss(const torch::Tensor&, const torch::Tensor&) override {
+    throw std::logic_error("a watch's steps run in the user's loop");
   }
-  torch::Tensor loss(const torch::Tensor&, const torch::Tensor&) override { return current_.loss; }
   int64_t planned_steps() const override { return planned_; }
   std::vector<std::string> phase_names() const override { return {"train"}; }
   int64_t num_classes() const override { return classes_; }
@@ -724,17 +679,16 @@ class LoopScenario : public Scenario {
 
  private:
   PyTraining training_;
-  int64_t planned_ = 0, classes_ = 10, step_ = 0;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::optional<Step> pending_;
-  Step current_;
-  std::optional<StepRecord> record_;
-  bool closing_ = false, over_ = false;
+  int64_t planned_ = 0, classes_ = 10;
 };
 
 class Watch {
  public:
+  struct Micro {  // one micro-batch as the user's loop ran it
+    torch::Tensor inputs, targets, outputs, loss;
+    std::vector<std::pair<std::string, torch::Tensor>> taps;
+  };
+
   Watch(const py::object& module, const py::list& optimizers, const std::string& out,
         const std::vector<std::string>& overrides, bool fail_fast, bool checkpoints, int64_t planned, int64_t classes)
       : config_(default_config(overrides)),
@@ -745,73 +699,92 @@ class Watch {
     BurstOptions options;
     options.keep_states = checkpoints;
     options.fail_fast = fail_fast;
-    options.on_step = [this](const StepRecord& r) {
-      writer_->write(r);
-      scenario_->recorded(r);
-    };
-    thread_ = std::thread([this, options] {
-      try {
-        result_ = run_burst(*scenario_, config_.health, options);
-      } catch (const std::exception& e) {
-        error_ = e.what();
-      }
-      scenario_->ended();
-    });
-  }
-  ~Watch() {
-    if (thread_.joinable()) {
-      scenario_->close();
-      py::gil_scoped_release release;
-      thread_.join();
-    }
+    options.on_step = [this](const StepRecord& r) { writer_->write(r); };
+    steps_.emplace(*scenario_, config_.health, options);
+    steps_->result().verdict.planned_steps = planned;
   }
 
-  // The step's record as JSON, or "" when the burst is over.
-  std::string step(LoopScenario::Step s) {
-    std::optional<StepRecord> r;
-    {
-      py::gil_scoped_release release;
-      r = scenario_->step(std::move(s));
+  // The step's stages. Each returns the step's record as JSON when the step
+  // ended there (fail-fast cut it short at a non-finite value), else "".
+  std::string begin(const std::vector<Micro>& micro) {
+    if (started_) throw std::logic_error("the watch's step began twice: a step ends with finish()");
+    started_ = true;
+    t0_ = std::chrono::steady_clock::now();
+    std::vector<Batch> batches;
+    for (const Micro& m : micro) {
+      Batch b;
+      b.inputs = m.inputs;
+      b.targets = m.targets;
+      b.step = b.batch = steps_->next_step();
+      batches.push_back(std::move(b));
     }
-    if (!r) return "";
-    nlohmann::json j = {{"step", r->step}, {"health", to_string(r->health)}, {"loss", r->loss}, {"rules", r->rules}};
-    if (r->fault) j["fault"] = r->fault->describe();
-    return j.dump();
+    return stage([&] {
+      steps_->begin(batches);
+      Monitor& monitor = steps_->monitor();
+      for (const Micro& m : micro) {
+        for (const auto& [name, t] : m.taps) monitor.on_tap(interned(name), t);
+        monitor.after_forward(m.outputs);
+        monitor.after_loss(m.loss.detach());
+      }
+    });
   }
+  std::string after_backward() {
+    return stage([&] { steps_->monitor().after_backward(); });
+  }
+  std::string finish() {
+    if (!started_) throw std::logic_error("the watch's step finished before it began");
+    started_ = false;
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+    return json_of(steps_->finish(ms));
+  }
+  bool over() const { return steps_->over(); }
+  int64_t next_step() const { return steps_->next_step(); }
 
   // Ends the burst and writes the folder: trace.jsonl, verdict.json and the checkpoints.
   std::string close() {
-    if (!thread_.joinable()) return path_;
-    scenario_->close();
-    {
-      py::gil_scoped_release release;
-      thread_.join();
-    }
-    if (!error_.empty()) throw std::runtime_error("the watch's burst failed: " + error_);
+    if (!path_.empty()) return path_;
+    if (started_) finish();  // a step begun and never finished (the loop raised): recorded as it stands
+    BurstResult& result = steps_->result();
     writer_->close();
-    nlohmann::json verdict = to_json(result_->verdict);
+    nlohmann::json verdict = to_json(result.verdict);
     verdict["config_name"] = "watch";
     write_file_atomic(dir_->file("verdict.json"), verdict.dump(2) + "\n");
     auto save = [&](const std::optional<StateSnapshot>& s, const char* name, const char* meaning) {
       if (s) write_checkpoint(dir_->file(name), s->tensors, {{"spikehunt", kVersion}, {"step", std::to_string(s->step)}, {"state", meaning}});
     };
-    save(result_->last_healthy, "last_healthy.safetensors", "entering the onset step");
-    save(result_->first_bad, "first_bad.safetensors", "after the failure step");
+    save(result.last_healthy, "last_healthy.safetensors", "entering the onset step");
+    save(result.first_bad, "first_bad.safetensors", "after the failure step");
     path_ = dir_->commit();
-    text_ = verdict_text(result_->verdict, result_->trace);
+    text_ = verdict_text(result.verdict, result.trace);
     return path_;
   }
   const std::string& text() const { return text_; }
-  std::string verdict_json() const { return result_ ? to_json(result_->verdict).dump() : "{}"; }
+  std::string verdict_json() const { return path_.empty() ? "{}" : to_json(steps_->result().verdict).dump(); }
 
  private:
+  template <class F>
+  std::string stage(F&& f) {
+    try {
+      f();
+    } catch (const Monitor::FailFast&) {
+      return finish();
+    }
+    return "";
+  }
+  static std::string json_of(const StepRecord& r) {
+    nlohmann::json j = {{"step", r.step}, {"health", to_string(r.health)}, {"loss", r.loss}, {"rules", r.rules}};
+    if (r.fault) j["fault"] = r.fault->describe();
+    return j.dump();
+  }
+
   TrainingConfig config_;
   std::unique_ptr<LoopScenario> scenario_;
   std::unique_ptr<RunDirectory> dir_;
   std::unique_ptr<TraceWriter> writer_;
-  std::thread thread_;
-  std::optional<BurstResult> result_;
-  std::string error_, path_, text_;
+  std::optional<BurstSteps> steps_;
+  std::chrono::steady_clock::time_point t0_;
+  bool started_ = false;
+  std::string path_, text_;
 };
 
 nlohmann::json json_of(const py::object& o) {
@@ -870,13 +843,19 @@ PYBIND11_MODULE(_core, m) {
     return out.dump();
   });
 
+  py::class_<Watch::Micro>(m, "WatchMicroBatch")
+      .def(py::init([](torch::Tensor inputs, torch::Tensor targets, torch::Tensor outputs, torch::Tensor loss,
+                       std::vector<std::pair<std::string, torch::Tensor>> taps) {
+        return Watch::Micro{std::move(inputs), std::move(targets), std::move(outputs), std::move(loss), std::move(taps)};
+      }));
   py::class_<Watch>(m, "Watch")
       .def(py::init<const py::object&, const py::list&, const std::string&, const std::vector<std::string>&, bool, bool,
                     int64_t, int64_t>())
-      .def("step", [](Watch& w, const torch::Tensor& loss, const torch::Tensor& inputs, const torch::Tensor& targets,
-                      const torch::Tensor& outputs, const std::vector<std::pair<std::string, torch::Tensor>>& taps) {
-        return w.step({inputs, targets, outputs, loss, taps});
-      })
+      .def("begin", &Watch::begin)
+      .def("after_backward", &Watch::after_backward)
+      .def("finish", &Watch::finish)
+      .def_property_readonly("over", &Watch::over)
+      .def_property_readonly("next_step", &Watch::next_step)
       .def("close", &Watch::close)
       .def("text", &Watch::text)
       .def("verdict", &Watch::verdict_json);

@@ -42,9 +42,11 @@ class Watch:
         else:
             optimizers = [optimizer]
         self.model = model
+        self._optimizers = optimizers
         self.fail_fast = fail_fast
         self._taps = []
         self._outputs = None
+        self._batch = None  # (inputs, targets) of the step under way, when a callback knows them
         self._step = 0
         overrides = [f"health.{k}={json.dumps(v)}" for k, v in (rules or {}).items()]
         self._hooks = _install_hooks(model, taps, self._collect, f"Watch({type(model).__name__})")
@@ -60,6 +62,8 @@ class Watch:
         if self.model.training and torch.is_grad_enabled():
             self._taps.append((name, tensor))
             if self.fail_fast and not bool(torch.isfinite(tensor).all()):
+                if self._batch is not None:  # a callback's step: recorded, cut short at this tap, and raised
+                    self._begin([(*self._batch, tensor.detach(), torch.zeros(()))])
                 raise NonFiniteError(f"step {self._step}: {name} (forward): {int(torch.isnan(tensor).sum())} NaN, "
                                      f"{int(torch.isposinf(tensor).sum())} +Inf, {int(torch.isneginf(tensor).sum())} -Inf "
                                      f"of {tensor.numel()}")
@@ -70,21 +74,51 @@ class Watch:
 
     def step(self, loss, inputs, targets):
         """One optimizer step on `loss` (computed by your loop on `inputs` and `targets`):
-        backward, clip, step, all under the monitor. Returns the step's record as a dict
-        (step, health, loss, rules, and fault when non-finite)."""
+        zero the gradients, backward, step every optimizer, all under the monitor, on this
+        thread. Returns the step's record as a dict (step, health, loss, rules, and fault
+        when non-finite)."""
+        if not isinstance(loss, torch.Tensor):
+            raise TypeError(f"Watch.step(loss, inputs, targets): loss is a {type(loss).__name__}, not a "
+                            f"torch.Tensor: pass the loss tensor your loop computed, before .item()")
+        outputs = self._outputs if self._outputs is not None else loss.detach()
+        record = self._begin([(inputs, targets, outputs, loss)])
+        if record is None:
+            self.model.zero_grad()
+            loss.backward()
+            record = self._after_backward()
+        if record is None:
+            for o in self._optimizers:
+                o.step()
+            record = self._finish()
+        return record
+
+    # The step's stages, for loops that run the step themselves (the callbacks: lightning.py, hf.py).
+    def _begin(self, micro):
+        """Starts a step over its micro-batches [(inputs, targets, outputs, loss)], with the
+        taps collected since the last step. Returns the record when the step ended here."""
         if self.ended is not None:
             raise RuntimeError(f"the watch ended at step {self.ended['step']} ({self.ended['health']}); "
                                f"its results are in {self.close()}")
-        outputs = self._outputs if self._outputs is not None else loss.detach()
         taps, self._taps, self._outputs = self._taps, [], None
-        text = self._core.step(loss, inputs, targets, outputs, taps)
+        batches = [_core.WatchMicroBatch(x, y, out, loss, taps if i == 0 else [])
+                   for i, (x, y, out, loss) in enumerate(micro)]
+        return self._ended_at(self._core.begin(batches))
+
+    def _after_backward(self):
+        return self._ended_at(self._core.after_backward())
+
+    def _finish(self):
+        return self._ended_at(self._core.finish())
+
+    def _ended_at(self, text):
+        """The record of a step that ended (None while it goes on); raises under fail_fast."""
         if not text:
-            raise RuntimeError(f"the watch's burst ended; its results are in {self.close()}")
+            return None
         record = json.loads(text)
         self._step = record["step"] + 1
-        if record["health"] == "non_finite":
+        if self._core.over:
             self.ended = record
-            if self.fail_fast:
+            if self.fail_fast and record["health"] == "non_finite":
                 self.close()
                 raise NonFiniteError(f"step {record['step']}: {record.get('fault', 'non-finite')} "
                                      f"(results in {self.path})")
@@ -111,3 +145,28 @@ class Watch:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+_INPUT_KEYS = ("input_ids", "inputs", "x", "images", "pixel_values", "input")
+_TARGET_KEYS = ("labels", "targets", "y", "target", "label")
+
+
+def split_batch(batch, where="spikehunt"):
+    """A framework's batch as (inputs, targets) for the monitor: a tuple or list's first
+    two tensors (the second missing: no targets), or a dict's inputs and labels by their
+    usual names. Anything else is a TypeError saying how to give them."""
+    empty = torch.zeros(0, dtype=torch.long)
+    if isinstance(batch, torch.Tensor):
+        return batch, empty
+    if isinstance(batch, (tuple, list)):
+        tensors = [t for t in batch if isinstance(t, torch.Tensor)]
+        if tensors:
+            return tensors[0], tensors[1] if len(tensors) > 1 else empty
+    if isinstance(batch, dict) or hasattr(batch, "keys"):
+        inputs = next((batch[k] for k in _INPUT_KEYS if k in batch and isinstance(batch[k], torch.Tensor)), None)
+        targets = next((batch[k] for k in _TARGET_KEYS if k in batch and isinstance(batch[k], torch.Tensor)), empty)
+        if inputs is not None:
+            return inputs, targets
+    raise TypeError(f"{where}: cannot find the inputs and targets in a batch of type {type(batch).__name__}"
+                    f"{' with keys ' + ', '.join(map(str, batch.keys())) if hasattr(batch, 'keys') else ''}: "
+                    f"pass batch=lambda b: (inputs, targets)")
