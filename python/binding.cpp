@@ -684,11 +684,6 @@ class LoopScenario : public Scenario {
 
 class Watch {
  public:
-  struct Micro {  // one micro-batch as the user's loop ran it
-    torch::Tensor inputs, targets, outputs, loss;
-    std::vector<std::pair<std::string, torch::Tensor>> taps;
-  };
-
   Watch(const py::object& module, const py::list& optimizers, const std::string& out,
         const std::vector<std::string>& overrides, bool fail_fast, bool checkpoints, int64_t planned, int64_t classes)
       : config_(default_config(overrides)),
@@ -704,28 +699,33 @@ class Watch {
     steps_->result().verdict.planned_steps = planned;
   }
 
-  // The step's stages. Each returns the step's record as JSON when the step
-  // ended there (fail-fast cut it short at a non-finite value), else "".
-  std::string begin(const std::vector<Micro>& micro) {
+  // The step's stages, in the order the loop reaches them: begin() with the
+  // step's micro-batches (inputs, targets); per micro-batch tap() for each
+  // tapped value and forward() with its outputs and loss; after_backward()
+  // once the gradients are in; finish() after the optimizer step. Each returns
+  // the step's record as JSON when the step ended there (fail-fast cut it
+  // short at a non-finite value), else "".
+  std::string begin(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& micro) {
     if (started_) throw std::logic_error("the watch's step began twice: a step ends with finish()");
     started_ = true;
     t0_ = std::chrono::steady_clock::now();
     std::vector<Batch> batches;
-    for (const Micro& m : micro) {
+    for (const auto& [inputs, targets] : micro) {
       Batch b;
-      b.inputs = m.inputs;
-      b.targets = m.targets;
+      b.inputs = inputs;
+      b.targets = targets;
       b.step = b.batch = steps_->next_step();
       batches.push_back(std::move(b));
     }
+    return stage([&] { steps_->begin(batches); });
+  }
+  std::string tap(const std::string& name, const torch::Tensor& t) {
+    return stage([&] { steps_->monitor().on_tap(interned(name), t); });
+  }
+  std::string forward(const torch::Tensor& outputs, const torch::Tensor& loss) {
     return stage([&] {
-      steps_->begin(batches);
-      Monitor& monitor = steps_->monitor();
-      for (const Micro& m : micro) {
-        for (const auto& [name, t] : m.taps) monitor.on_tap(interned(name), t);
-        monitor.after_forward(m.outputs);
-        monitor.after_loss(m.loss.detach());
-      }
+      steps_->monitor().after_forward(outputs);
+      steps_->monitor().after_loss(loss.detach());
     });
   }
   std::string after_backward() {
@@ -764,6 +764,7 @@ class Watch {
  private:
   template <class F>
   std::string stage(F&& f) {
+    if (!started_) throw std::logic_error("the watch's step has not begun");
     try {
       f();
     } catch (const Monitor::FailFast&) {
@@ -843,15 +844,12 @@ PYBIND11_MODULE(_core, m) {
     return out.dump();
   });
 
-  py::class_<Watch::Micro>(m, "WatchMicroBatch")
-      .def(py::init([](torch::Tensor inputs, torch::Tensor targets, torch::Tensor outputs, torch::Tensor loss,
-                       std::vector<std::pair<std::string, torch::Tensor>> taps) {
-        return Watch::Micro{std::move(inputs), std::move(targets), std::move(outputs), std::move(loss), std::move(taps)};
-      }));
   py::class_<Watch>(m, "Watch")
       .def(py::init<const py::object&, const py::list&, const std::string&, const std::vector<std::string>&, bool, bool,
                     int64_t, int64_t>())
       .def("begin", &Watch::begin)
+      .def("tap", &Watch::tap)
+      .def("forward", &Watch::forward)
       .def("after_backward", &Watch::after_backward)
       .def("finish", &Watch::finish)
       .def_property_readonly("over", &Watch::over)

@@ -1,5 +1,12 @@
-"""spikehunt for the Hugging Face Trainer (transformers): the monitor as a
-TrainerCallback in your own trainer.train().
+"""spikehunt for the Hugging Face Trainer (transformers): your model and dataset as a
+scenario under every verb (the Trainer's own step), or the monitor as a TrainerCallback
+in your own trainer.train().
+
+    spikehunt.hf.scenario("mine", make_model, make_dataset, args={"max_steps": 200})
+    if __name__ == "__main__":
+        spikehunt.main()        # python3 train.py sweep --space mine_space.json ...
+
+or
 
     import spikehunt.hf
     trainer = Trainer(model=model, args=args, train_dataset=data,
@@ -45,9 +52,10 @@ class Monitor(TrainerCallback):
         self._stop = stop
         self.watch = None
         self.path = None
+        self._accumulate = 1
+        self._pending = None  # with accumulation: the micro-batch under way, and those done
         self._micro = []
-        self._inputs = None
-        self._stepping = False
+        self._control = None
         self._hooks = []
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
@@ -55,6 +63,8 @@ class Monitor(TrainerCallback):
             raise ValueError("spikehunt.hf.Monitor: the Trainer gave the callback no model or optimizer "
                              "at on_train_begin")
         optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper holds the torch optimizer
+        self._accumulate = int(args.gradient_accumulation_steps)
+        self._control = control
         self.watch = Watch(model, [optimizer], planned_steps=int(state.max_steps or 0), **self._options)
         self._hooks = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
                        model.register_forward_hook(self._post, with_kwargs=True)]
@@ -62,16 +72,22 @@ class Monitor(TrainerCallback):
     def _watching(self, model):
         return self.watch is not None and model.training and torch.is_grad_enabled()
 
+    # One micro-batch: its step begins with the model's forward (taps go to the monitor as
+    # they come) unless gradients accumulate over several, which are then replayed together.
     def _pre(self, model, args, kwargs):
-        if self._watching(model):
-            inputs = _first_tensor(args, kwargs, ("input_ids", "pixel_values", "inputs_embeds", "input_values"))
-            labels = kwargs.get("labels")
-            self._inputs = self.watch._batch = (
-                inputs if inputs is not None else torch.zeros(0),
-                labels if isinstance(labels, torch.Tensor) else torch.zeros(0, dtype=torch.long))
+        if not self._watching(model):
+            return
+        inputs = _first_tensor(args, kwargs, ("input_ids", "pixel_values", "inputs_embeds", "input_values"))
+        labels = kwargs.get("labels")
+        batch = (inputs if inputs is not None else torch.zeros(0),
+                 labels if isinstance(labels, torch.Tensor) else torch.zeros(0, dtype=torch.long))
+        if self._accumulate == 1 and not self.watch._live:
+            self._ended(self.watch._begin([batch]))
+        else:
+            self._pending = batch
 
     def _post(self, model, args, kwargs, output):
-        if not self._watching(model) or self._inputs is None:
+        if not self._watching(model) or not (self.watch._live or self._pending is not None):
             return
         loss = output.get("loss") if hasattr(output, "get") else None
         if not isinstance(loss, torch.Tensor):
@@ -79,30 +95,34 @@ class Monitor(TrainerCallback):
                              f"(pass labels in the batch, so the model computes its loss): the monitor reads "
                              f"the loss the model returns")
         logits = output.get("logits") if hasattr(output, "get") else None
-        self._micro.append((*self._inputs, (logits if isinstance(logits, torch.Tensor) else loss).detach(), loss))
-        self._inputs = self.watch._batch = None
+        outputs = (logits if isinstance(logits, torch.Tensor) else loss).detach()
+        self.watch._outputs = None
+        if self.watch._live:
+            self._ended(self.watch._forward(outputs, loss))
+        else:
+            taps, self.watch._taps = self.watch._taps, []
+            self._micro.append((*self._pending, outputs, loss, taps))
+            self._pending = None
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        if self.watch is None or not self._micro:
+        if self.watch is None:
             return
-        micro, self._micro = self._micro, []
-        self.watch._outputs = None
-        record = self.watch._begin(micro)
-        if record is None:
-            record = self.watch._after_backward()
-        self._stepping = record is None
-        if record is not None:
-            self._ended(control)
+        if self._micro:
+            micro, self._micro = self._micro, []
+            if self._ended(self.watch._replay(micro)):
+                return
+        if self.watch._live:
+            self._ended(self.watch._after_backward())
 
     def on_optimizer_step(self, args, state, control, **kwargs):
-        if self.watch is not None and self._stepping:
-            self._stepping = False
-            self.watch._finish()
-            self._ended(control)
+        if self.watch is not None and self.watch._live:
+            self._ended(self.watch._finish())
 
-    def _ended(self, control):
-        if self.watch.ended is not None and self._stop:
-            control.should_training_stop = True
+    def _ended(self, record):
+        """True when the step ended (training stops if the watch ended)."""
+        if record is not None and self.watch.ended is not None and self._stop:
+            self._control.should_training_stop = True
+        return record is not None
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.watch is not None and self.path is None:
@@ -110,3 +130,131 @@ class Monitor(TrainerCallback):
                 h.remove()
             self.path = self.watch.close()
             print(f"spikehunt: {self.watch._core.text().strip()}\nspikehunt: results in {self.path}", flush=True)
+
+
+# ---- a transformers model and dataset as a scenario: every verb on the Trainer's own step ----
+
+# TrainingArguments the config sets (so a sweep varies them and a repro records them).
+_FROM_CONFIG = {"per_device_train_batch_size": "batch_size", "per_device_eval_batch_size": "batch_size",
+                "learning_rate": "optimizer.lr", "weight_decay": "optimizer.weight_decay", "seed": "seed",
+                "data_seed": "seed", "gradient_accumulation_steps": "accumulation_steps", "use_cpu": "device"}
+
+
+def scenario(name, model, train_dataset, args=None, eval_dataset=None, data_collator=None, params=(),
+             taps="leaves", num_classes=0):
+    """Registers a transformers model and its dataset as the scenario `name`: run, sweep
+    (shrink, replay), doctor, guard, lr-sensitivity and Slurm shards then train it as they
+    train any scenario, through spikehunt.main(). The step is the Trainer's own: a
+    transformers.Trainer is built (never .train()ed) for its data loader, collator,
+    compute_loss, optimizer and learning-rate schedule; spikehunt runs the loop.
+
+    model, train_dataset, eval_dataset: functions (or classes) that build them; each
+      argument they name comes from the config's params by name (declare them in
+      `params`), else lr, batch_size, seed ... (as spikehunt.lightning.scenario), else its
+      default. Build the model from a config object (GPT2Config(...)): nothing is
+      downloaded.
+    args: TrainingArguments fields (optim, lr_scheduler_type, warmup_steps, max_steps,
+      num_train_epochs, max_grad_norm, ...), except those the config sets: batch_size,
+      optimizer.lr, optimizer.weight_decay, seed, accumulation_steps, device. The config's
+      grad_clip, when > 0, replaces max_grad_norm; max_batches_per_epoch cuts each epoch."""
+    import math
+    import tempfile
+
+    import transformers
+
+    from . import Batch, ContractError, register
+    from ._frameworks import FrameworkScenario, batches_per_epoch, epochs_of, from_config
+    from .watch import split_batch
+
+    where = f"spikehunt.hf.scenario({name!r})"
+    options = dict(args or {})
+    taken = sorted(k for k in options if k in _FROM_CONFIG)
+    if taken:
+        raise ContractError(f"{where}: args sets {', '.join(f'{k} (the config: {_FROM_CONFIG[k]})' for k in taken)}: "
+                            f"the config gives them, so a sweep can vary them and a repro records them")
+
+    class HfScenario(FrameworkScenario):
+        def __init__(self, config):
+            super().__init__(config)
+            self.net = from_config(model, config, where)
+            train = from_config(train_dataset, config, where)
+            evals = from_config(eval_dataset, config, where) if eval_dataset is not None else None
+            self._scratch = tempfile.TemporaryDirectory(prefix="spikehunt-hf-")  # the Trainer's output_dir, unused
+            defaults = dict(save_strategy="no", logging_strategy="no", report_to=[], disable_tqdm=True)
+            self.args = transformers.TrainingArguments(
+                output_dir=self._scratch.name, per_device_train_batch_size=config.batch_size,
+                per_device_eval_batch_size=config.batch_size, learning_rate=config.optimizer.lr,
+                weight_decay=config.optimizer.weight_decay, seed=config.seed, data_seed=config.seed,
+                use_cpu=config.device != "cuda", **{**defaults, **options})
+            self.trainer = transformers.Trainer(model=self.net, args=self.args, train_dataset=train,
+                                                eval_dataset=evals, data_collator=data_collator)
+            first = self.trainer.get_train_dataloader()
+            per_epoch = batches_per_epoch(first, where, config.max_batches_per_epoch)
+            max_steps = self.args.max_steps if self.args.max_steps > 0 else 0
+            epochs = max(math.ceil(self.args.num_train_epochs), 1)
+            self._planned = min(epochs * per_epoch, max_steps) if max_steps else epochs * per_epoch
+            self.trainer.create_optimizer_and_scheduler(num_training_steps=self._planned)
+            self.opt, self.schedule = self.trainer.optimizer, self.trainer.lr_scheduler
+            self._clip = config.grad_clip if config.grad_clip > 0 else float(self.args.max_grad_norm or 0)
+            self._watch_root(self.net)
+            loaders = [first]  # the first epoch's loader is the one measured above
+
+            def loader():
+                return loaders.pop() if loaders else self.trainer.get_train_dataloader()
+            self._batches = epochs_of(loader, epochs, config.max_batches_per_epoch, max_steps, config.seed)
+
+        def train_loader(self):
+            return self.trainer.get_train_dataloader()
+
+        def split(self, raw):
+            return split_batch(raw, where)
+
+        def model(self):
+            return self.net
+
+        def optimizers(self):
+            return self.opt
+
+        def next_batch(self):
+            item = next(self._batches, None)
+            if item is None:
+                return None
+            epoch, index, raw = item
+            inputs, targets = self._keep(raw, index, self.split, self._raw)
+            return Batch(inputs, targets, 0, epoch, index)
+
+        def step_loss(self, raw, index):
+            return self.trainer.compute_loss(self.net, self.trainer._prepare_inputs(raw))
+
+        def heldout(self, max_samples):
+            if self.trainer.eval_dataset is None:
+                return []
+            out, samples = [], 0
+            for index, raw in enumerate(self.trainer.get_eval_dataloader()):
+                inputs, targets = self._keep(raw, index, self.split, self._heldout)
+                if out and samples + len(inputs) > max_samples:
+                    break
+                out.append((inputs, targets))
+                samples += len(inputs)
+                if samples >= max_samples:
+                    break
+            return out
+
+        def optimizer_step(self):
+            self.opt.step()
+            self.schedule.step()
+
+        def grad_clip(self):
+            return self._clip
+
+        def planned_steps(self):
+            return self._planned
+
+        def num_classes(self):
+            return num_classes
+
+    HfScenario.taps = taps
+    HfScenario.__name__ = HfScenario.__qualname__ = f"{getattr(model, '__name__', 'Model')}Scenario"
+    HfScenario.__module__ = getattr(model, "__module__", __name__)
+    register(name, HfScenario, params)
+    return HfScenario

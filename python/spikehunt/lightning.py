@@ -1,5 +1,13 @@
-"""spikehunt for Lightning (pytorch_lightning or lightning 2.x): the monitor as a
-Callback in your own trainer.fit().
+"""spikehunt for Lightning (pytorch_lightning or lightning 2.x): your LightningModule
+and DataModule as a scenario under every verb, or the monitor as a Callback in your
+own trainer.fit().
+
+    spikehunt.lightning.scenario("mine", MyModule, MyDataModule, trainer={"max_epochs": 2},
+                                 params=[spikehunt.number("dropout", 0.1, 0, 1)])
+    if __name__ == "__main__":
+        spikehunt.main()        # python3 train.py sweep --space mine_space.json ...
+
+or
 
     import spikehunt.lightning
     trainer = pl.Trainer(callbacks=[spikehunt.lightning.Monitor(out="results/watch")])
@@ -15,15 +23,31 @@ checkpoints as `run` when training ends. A non-finite step stops the fit
 (Trainer.should_stop) unless stop=False; fail_fast=True raises NonFiniteError at
 the first non-finite tensor, naming it and its stage.
 """
+import torch
+
+from . import Batch, ContractError
+from ._frameworks import FrameworkScenario, batches_per_epoch, epochs_of, from_config
 from .watch import NonFiniteError, Watch, split_batch  # noqa: F401
 
-try:
-    from lightning.pytorch.callbacks import Callback
-except ImportError:  # the standalone package
-    from pytorch_lightning.callbacks import Callback
+# Lightning comes as two packages with the same code under two names: lightning.pytorch
+# (the umbrella package `lightning`) and pytorch_lightning. A Trainer accepts only its own
+# package's Callback, so the Monitor subclasses each one installed, and a module of either
+# is a LightningModule.
+_packages = []
+for _name in ("lightning.pytorch", "pytorch_lightning"):
+    try:
+        _packages.append(__import__(_name, fromlist=["Callback"]))
+    except ImportError:
+        pass
+if not _packages:
+    raise ImportError("spikehunt.lightning needs Lightning 2.x: pip install pytorch-lightning (or lightning)")
+_callbacks = tuple(p.Callback for p in _packages)
+LightningModule = tuple(p.LightningModule for p in _packages)
+LightningDataModule = tuple(p.LightningDataModule for p in _packages)
+move_data_to_device = _packages[0].utilities.move_data_to_device
 
 
-class Monitor(Callback):
+class Monitor(*_callbacks):
     """A Lightning Callback running spikehunt's monitor. out, taps, fail_fast, rules,
     checkpoints and num_classes are spikehunt.Watch's; batch: a function from Lightning's
     batch to (inputs, targets) (default: a tuple or list's first two tensors, or a dict's
@@ -39,50 +63,66 @@ class Monitor(Callback):
         self._stop = stop
         self.watch = None
         self.path = None
-        self._batch = None
+        self._accumulate = 1
+        self._pending = None  # with accumulation: the micro-batch under way, and those done
         self._micro = []
-        self._stepping = False
+        self._stepped = False
 
     def on_train_start(self, trainer, pl_module):
         if len(trainer.optimizers) == 0:
             raise ValueError("spikehunt.lightning.Monitor: the LightningModule's configure_optimizers() gave no "
                              "optimizer: there is no step to watch")
         planned = trainer.estimated_stepping_batches
+        self._accumulate = int(trainer.accumulate_grad_batches)
         self.watch = Watch(pl_module, list(trainer.optimizers),
                            planned_steps=int(planned) if planned != float("inf") else 0, **self._options)
 
+    # One micro-batch: its step begins at once (taps go to the monitor as the forward makes
+    # them) unless gradients accumulate over several, which are then replayed together.
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if self.watch is not None:
-            self._batch = self.watch._batch = self._split(batch, "spikehunt.lightning.Monitor")
+        if self.watch is None:
+            return
+        inputs = self._split(batch, "spikehunt.lightning.Monitor")
+        if self._accumulate == 1 and not self.watch._live:
+            self._ended(trainer, self.watch._begin([inputs]))
+        else:
+            self._pending = inputs
 
     def on_before_backward(self, trainer, pl_module, loss):
-        if self.watch is None or self._batch is None:
+        if self.watch is None:
             return
         outputs = self.watch._outputs if self.watch._outputs is not None else loss.detach()
-        self.watch._outputs = self.watch._batch = None
-        self._micro.append((*self._batch, outputs, loss))
+        self.watch._outputs = None
+        if self.watch._live:
+            self._ended(trainer, self.watch._forward(outputs, loss))
+        elif self._pending is not None:
+            taps, self.watch._taps = self.watch._taps, []
+            self._micro.append((*self._pending, outputs, loss, taps))
+            self._pending = None
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
-        if self.watch is None or not self._micro or self._stepping:
+        if self.watch is None or self._stepped:
             return  # a second optimizer in the same step: its gradients were read with the first's
-        micro, self._micro = self._micro, []
-        self._stepping = True
-        record = self.watch._begin(micro)
-        if record is None:
-            record = self.watch._after_backward()
-        if record is not None:  # the step ended at a non-finite value (fail_fast)
-            self._stepping = False
-            self._ended(trainer, record)
+        self._stepped = True
+        if self._micro:
+            micro, self._micro = self._micro, []
+            if self._ended(trainer, self.watch._replay(micro)):
+                return
+        if self.watch._live:
+            self._ended(trainer, self.watch._after_backward())
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self.watch is None or not self._stepping:
+        if self.watch is None or not self._stepped:
             return
-        self._stepping = False
-        self._ended(trainer, self.watch._finish())
+        self._stepped = False
+        if self.watch._live:
+            self._ended(trainer, self.watch._finish())
 
     def _ended(self, trainer, record):
-        if self.watch.ended is not None and self._stop:
+        """True when the step ended (the fit stops if the watch ended)."""
+        if record is not None and self.watch.ended is not None and self._stop:
             trainer.should_stop = True
+        return record is not None
 
     def on_train_end(self, trainer, pl_module):
         self._close()
@@ -94,3 +134,251 @@ class Monitor(Callback):
         if self.watch is not None and self.path is None:
             self.path = self.watch.close()
             print(f"spikehunt: {self.watch._core.text().strip()}\nspikehunt: results in {self.path}", flush=True)
+
+
+# ---- a LightningModule as a scenario: every verb on the user's unchanged module and data ----
+
+_TRAINER_ARGS = ("max_epochs", "max_steps", "limit_train_batches", "gradient_clip_val", "gradient_clip_algorithm")
+
+
+class _TrainerStandIn:
+    """What a LightningModule may read of self.trainer while spikehunt trains it: the
+    protocol's length, the position, one process. Anything else is an AttributeError
+    naming it."""
+
+    def __init__(self, planned, max_epochs, max_steps, clip):
+        self.estimated_stepping_batches = planned
+        self.num_training_batches = planned
+        self.max_epochs = max_epochs
+        self.max_steps = max_steps if max_steps else -1
+        self.current_epoch = 0
+        self.global_step = 0
+        self.gradient_clip_val = clip
+        self.accumulate_grad_batches = 1
+        self.num_devices = self.world_size = self.num_nodes = 1
+        self.global_rank = self.local_rank = self.node_rank = 0
+        self.is_global_zero = True
+        self.training = True
+        self.sanity_checking = False
+        self.logger, self.loggers = None, []
+        self.callback_metrics, self.logged_metrics, self.progress_bar_metrics = {}, {}, {}
+        self.datamodule = None
+        self.lightning_module = None
+        self.optimizers, self.lr_scheduler_configs = [], []
+
+    def __getattr__(self, name):
+        raise AttributeError(f"spikehunt trains this LightningModule without a Trainer: its stand-in has no "
+                             f"trainer.{name} (it has {', '.join(sorted(k for k in vars(self)))})")
+
+
+def _no_log(*args, **kwargs):
+    """self.log() and self.log_dict() under spikehunt: the monitor records the step."""
+
+
+def _optimizers_of(conf, where):
+    """configure_optimizers()'s return, in any form Lightning takes: (optimizer, [(scheduler,
+    interval, frequency)])."""
+    optimizers, schedulers = [], []
+
+    def scheduler(s):
+        if isinstance(s, dict):
+            s, interval, frequency = s["scheduler"], s.get("interval", "epoch"), int(s.get("frequency", 1))
+        else:
+            interval, frequency = "epoch", 1
+        if isinstance(s, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            raise ContractError(f"{where}: configure_optimizers() gives a ReduceLROnPlateau, which steps on a "
+                                f"logged metric spikehunt does not have: use a scheduler of the step or epoch")
+        if interval not in ("step", "epoch"):
+            raise ContractError(f"{where}: a scheduler's interval is {interval!r}: 'step' or 'epoch'")
+        schedulers.append((s, interval, frequency))
+
+    if isinstance(conf, torch.optim.Optimizer):
+        optimizers = [conf]
+    elif isinstance(conf, dict):
+        optimizers = [conf.get("optimizer")]
+        if conf.get("lr_scheduler") is not None:
+            scheduler(conf["lr_scheduler"])
+    elif isinstance(conf, (list, tuple)):
+        if len(conf) == 2 and all(isinstance(c, (list, tuple)) for c in conf):
+            optimizers = list(conf[0])
+            for s in conf[1]:
+                scheduler(s)
+        elif conf and all(isinstance(c, dict) for c in conf):
+            for c in conf:
+                optimizers.append(c.get("optimizer"))
+                if c.get("lr_scheduler") is not None:
+                    scheduler(c["lr_scheduler"])
+        else:
+            optimizers = list(conf)
+    if len(optimizers) != 1 or not isinstance(optimizers[0], torch.optim.Optimizer):
+        raise ContractError(f"{where}: configure_optimizers() gave {len(optimizers)} optimizer(s) "
+                            f"({', '.join(type(o).__name__ for o in optimizers) or 'none'}): automatic "
+                            f"optimization takes exactly one torch.optim.Optimizer")
+    return optimizers[0], schedulers
+
+
+def _overridden(obj, method, bases):
+    """obj's class defines `method` itself (not only Lightning's default, which raises)."""
+    return obj is not None and all(getattr(type(obj), method, None) is not getattr(b, method, None) for b in bases)
+
+
+def scenario(name, module, datamodule=None, trainer=None, params=(), taps="leaves", num_classes=10, batch=None):
+    """Registers a LightningModule, with its LightningDataModule, as the scenario `name`:
+    run, sweep (shrink, replay), doctor, guard, lr-sensitivity and Slurm shards then train
+    it as they train any scenario, through spikehunt.main().
+
+    module, datamodule: the classes (or functions) that build them; each argument their
+      __init__ names comes from the config: its params by name (declare them in `params`,
+      as for register()), else lr / learning_rate (optimizer.lr), momentum, weight_decay,
+      batch_size, seed, else the argument's default. save_hyperparameters() then records
+      them in hparams as a fit would.
+    trainer: the Trainer arguments spikehunt maps: max_epochs (default 1), max_steps,
+      limit_train_batches, gradient_clip_val (the config's grad_clip wins when > 0). The
+      config's max_batches_per_epoch, when set, cuts each epoch, and accumulation_steps
+      accumulates gradients.
+    The step: configure_optimizers() (one optimizer; schedulers of interval step or epoch
+    are stepped as Lightning steps them), train_dataloader() (the DataModule's, else the
+    module's), training_step(batch, batch_idx) as forward and loss, val_dataloader() as
+    the held-out batches. self.log() records nothing; self.trainer is a stand-in that
+    answers the protocol's length and position."""
+    from . import register
+
+    where = f"spikehunt.lightning.scenario({name!r})"
+    options = dict(trainer or {})
+    unknown = sorted(set(options) - set(_TRAINER_ARGS))
+    if unknown:
+        raise ContractError(f"{where}: trainer= holds {', '.join(unknown)}: spikehunt maps "
+                            f"{', '.join(_TRAINER_ARGS)} (the config gives the rest: docs/frameworks.md)")
+    if options.get("gradient_clip_algorithm", "norm") != "norm":
+        raise ContractError(f"{where}: gradient_clip_algorithm={options['gradient_clip_algorithm']!r}: spikehunt "
+                            f"clips by the global norm ('norm')")
+    max_epochs = int(options.get("max_epochs") or 1)
+    max_steps = max(int(options.get("max_steps") or 0), 0)
+    split = batch or (lambda b: split_batch(b, where))
+
+    class LightningScenario(FrameworkScenario):
+        def __init__(self, config):
+            super().__init__(config)
+            self.module = from_config(module, config, where)
+            if not isinstance(self.module, LightningModule):
+                raise ContractError(f"{where}: the module factory returned a {type(self.module).__name__}, "
+                                    f"not a LightningModule")
+            if not self.module.automatic_optimization:
+                raise ContractError(f"{where}: {type(self.module).__name__} uses manual optimization: spikehunt "
+                                    f"runs backward and the optimizer step itself (automatic optimization)")
+            self.data = from_config(datamodule, config, where) if datamodule is not None else None
+            if config.device == "cuda":
+                self.module.to("cuda")
+            for hooks in (self.data, self.module):  # as a fit calls them, on one process
+                if hooks is not None:
+                    hooks.prepare_data()
+                    hooks.setup("fit")
+            loader = self._loader()
+            whole = batches_per_epoch(loader, where, config.max_batches_per_epoch)
+            limit = config.max_batches_per_epoch or _limit(options.get("limit_train_batches"), whole)
+            per_epoch = min(whole, limit) if limit else whole
+            self._planned = min(max_epochs * per_epoch, max_steps) if max_steps else max_epochs * per_epoch
+            clip = float(options.get("gradient_clip_val") or 0)
+            self._clip = config.grad_clip if config.grad_clip > 0 else clip
+            self.stand_in = _TrainerStandIn(self._planned, max_epochs, max_steps, clip)
+            self.stand_in.lightning_module, self.stand_in.datamodule = self.module, self.data
+            self.module.trainer = self.stand_in
+            self.module.log = self.module.log_dict = _no_log
+            if self.data is not None:
+                self.data.trainer = self.stand_in
+            self.module.configure_model()
+            self._watch_root(self.module)
+            self.opt, self.schedulers = _optimizers_of(self.module.configure_optimizers(), where)
+            self.stand_in.optimizers = [self.opt]
+            self._batches = epochs_of(lambda: self._loader(first=loader), max_epochs, limit, max_steps, config.seed)
+            self._epoch = 0
+
+        def _loader(self, first=None):
+            if first is not None and not getattr(self, "_first_used", False):
+                self._first_used = True  # the loader planned_steps measured, not a second one
+                return first
+            source = self.data if _overridden(self.data, "train_dataloader", LightningDataModule) else self.module
+            if source is self.data or _overridden(self.module, "train_dataloader", LightningModule):
+                return source.train_dataloader()
+            raise ContractError(f"{where}: neither the DataModule nor the LightningModule defines "
+                                f"train_dataloader()")
+
+        def train_loader(self):
+            return self._loader()
+
+        def split(self, raw):
+            return split(raw)
+
+        def model(self):
+            return self.module
+
+        def optimizers(self):
+            return self.opt
+
+        def next_batch(self):
+            item = next(self._batches, None)
+            if item is None:
+                return None
+            epoch, index, raw = item
+            while self._epoch < epoch:  # an epoch ended: its schedulers step, as Lightning steps them
+                self._epoch += 1
+                self.stand_in.current_epoch = self._epoch
+                for s, interval, frequency in self.schedulers:
+                    if interval == "epoch" and self._epoch % frequency == 0:
+                        s.step()
+            inputs, targets = self._keep(raw, index, split, self._raw)
+            return Batch(inputs, targets, 0, epoch, index)
+
+        def step_loss(self, raw, index):
+            if self.config.device == "cuda":
+                raw = move_data_to_device(raw, "cuda")
+            return self.module.training_step(raw, index)
+
+        def heldout(self, max_samples):
+            source = self.data if _overridden(self.data, "val_dataloader", LightningDataModule) else \
+                self.module if _overridden(self.module, "val_dataloader", LightningModule) else None
+            if source is None:
+                return []
+            loaders = source.val_dataloader()
+            loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
+            out, samples = [], 0
+            for index, raw in enumerate(loader):
+                inputs, targets = self._keep(raw, index, split, self._heldout)
+                if out and samples + len(inputs) > max_samples:
+                    break
+                out.append((inputs, targets))
+                samples += len(inputs)
+                if samples >= max_samples:
+                    break
+            return out
+
+        def optimizer_step(self):
+            self.opt.step()
+            self.stand_in.global_step += 1
+            for s, interval, frequency in self.schedulers:
+                if interval == "step" and self.stand_in.global_step % frequency == 0:
+                    s.step()
+
+        def grad_clip(self):
+            return self._clip
+
+        def planned_steps(self):
+            return self._planned
+
+        def num_classes(self):
+            return num_classes
+
+    LightningScenario.taps = taps
+    LightningScenario.__name__ = LightningScenario.__qualname__ = f"{getattr(module, '__name__', 'Module')}Scenario"
+    LightningScenario.__module__ = getattr(module, "__module__", __name__)
+    register(name, LightningScenario, params)
+    return LightningScenario
+
+
+def _limit(value, per_epoch):
+    """limit_train_batches: an int (batches) or a float (a fraction of the epoch); None: whole."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and value <= 1.0:
+        return max(int(per_epoch * value), 1)
+    return int(value)

@@ -46,7 +46,7 @@ class Watch:
         self.fail_fast = fail_fast
         self._taps = []
         self._outputs = None
-        self._batch = None  # (inputs, targets) of the step under way, when a callback knows them
+        self._live = False  # a step begun: taps go to the monitor at once
         self._step = 0
         overrides = [f"health.{k}={json.dumps(v)}" for k, v in (rules or {}).items()]
         self._hooks = _install_hooks(model, taps, self._collect, f"Watch({type(model).__name__})")
@@ -59,14 +59,16 @@ class Watch:
         self.ended = None  # the last step's record once the burst ended (non-finite, or fail-fast)
 
     def _collect(self, name, tensor):
-        if self.model.training and torch.is_grad_enabled():
-            self._taps.append((name, tensor))
-            if self.fail_fast and not bool(torch.isfinite(tensor).all()):
-                if self._batch is not None:  # a callback's step: recorded, cut short at this tap, and raised
-                    self._begin([(*self._batch, tensor.detach(), torch.zeros(()))])
-                raise NonFiniteError(f"step {self._step}: {name} (forward): {int(torch.isnan(tensor).sum())} NaN, "
-                                     f"{int(torch.isposinf(tensor).sum())} +Inf, {int(torch.isneginf(tensor).sum())} -Inf "
-                                     f"of {tensor.numel()}")
+        if not (self.model.training and torch.is_grad_enabled()):
+            return
+        if self._live:  # a callback's step under way: straight to the monitor
+            self._ended_at(self._core.tap(name, tensor))
+            return
+        self._taps.append((name, tensor))
+        if self.fail_fast and not bool(torch.isfinite(tensor).all()):
+            raise NonFiniteError(f"step {self._step}: {name} (forward): {int(torch.isnan(tensor).sum())} NaN, "
+                                 f"{int(torch.isposinf(tensor).sum())} +Inf, {int(torch.isneginf(tensor).sum())} -Inf "
+                                 f"of {tensor.numel()}")
 
     def _root(self, module, inputs, output):
         if self.model.training and torch.is_grad_enabled() and isinstance(output, torch.Tensor):
@@ -81,7 +83,8 @@ class Watch:
             raise TypeError(f"Watch.step(loss, inputs, targets): loss is a {type(loss).__name__}, not a "
                             f"torch.Tensor: pass the loss tensor your loop computed, before .item()")
         outputs = self._outputs if self._outputs is not None else loss.detach()
-        record = self._begin([(inputs, targets, outputs, loss)])
+        taps, self._taps, self._outputs = self._taps, [], None
+        record = self._replay([(inputs, targets, outputs, loss, taps)])
         if record is None:
             self.model.zero_grad()
             loss.backward()
@@ -92,17 +95,29 @@ class Watch:
             record = self._finish()
         return record
 
-    # The step's stages, for loops that run the step themselves (the callbacks: lightning.py, hf.py).
-    def _begin(self, micro):
-        """Starts a step over its micro-batches [(inputs, targets, outputs, loss)], with the
-        taps collected since the last step. Returns the record when the step ended here."""
+    # The step's stages, for loops that run the step themselves (the callbacks: lightning.py,
+    # hf.py). Each returns the step's record when the step ended there (None while it goes on).
+    def _begin(self, batches):
+        """Starts a step over its micro-batches [(inputs, targets)]; until it finishes, taps go
+        to the monitor as they come."""
         if self.ended is not None:
             raise RuntimeError(f"the watch ended at step {self.ended['step']} ({self.ended['health']}); "
                                f"its results are in {self.close()}")
-        taps, self._taps, self._outputs = self._taps, [], None
-        batches = [_core.WatchMicroBatch(x, y, out, loss, taps if i == 0 else [])
-                   for i, (x, y, out, loss) in enumerate(micro)]
-        return self._ended_at(self._core.begin(batches))
+        self._live = True
+        return self._ended_at(self._core.begin(list(batches)))
+
+    def _forward(self, outputs, loss):
+        """A micro-batch's outputs and loss, after its taps."""
+        return self._ended_at(self._core.forward(outputs, loss))
+
+    def _replay(self, micro):
+        """A whole forward after the fact: [(inputs, targets, outputs, loss, taps)] a micro-batch."""
+        record = self._begin([(m[0], m[1]) for m in micro])
+        for _, _, outputs, loss, taps in micro:
+            for name, t in taps:
+                record = record or self._ended_at(self._core.tap(name, t))
+            record = record or self._forward(outputs, loss)
+        return record
 
     def _after_backward(self):
         return self._ended_at(self._core.after_backward())
@@ -116,6 +131,7 @@ class Watch:
             return None
         record = json.loads(text)
         self._step = record["step"] + 1
+        self._live = False
         if self._core.over:
             self.ended = record
             if self.fail_fast and record["health"] == "non_finite":

@@ -148,3 +148,121 @@ def test_a_hugging_face_train_that_blows_up_is_stopped_and_the_tensor_named(tmp_
     assert v["outcome"] == "non_finite", v
     assert v["fault"]["tensor"] and v["fault"]["stage"], v["fault"]
     assert trainer.state.global_step == v["failure_step"] + 1 < 40
+
+
+# ---- the frameworks' own code as scenarios (tests/python/frameworks.py) under every verb ----
+
+FRAMEWORKS = os.path.join("tests", "python", "frameworks.py")
+LIT = ['scenario="lit_blobs"', "batch_size=16", "max_batches_per_epoch=0", "threads=1"]
+HF = ['scenario="hf_gpt2"', "batch_size=8", "threads=1"]
+
+
+def run(out, *sets):
+    args = ["run", "--out", str(out)]
+    for s in sets:
+        args += ["--set", s]
+    rc, stdout, err = cli(*args, script=FRAMEWORKS)
+    return rc, run_folder(out), stdout + err
+
+
+def test_a_lightning_scenario_builds_the_module_and_data_from_the_config():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__))))
+    import frameworks
+    config = spikehunt.Config({"optimizer": {"lr": 0.3, "momentum": 0.5, "weight_decay": 0.0}, "seed": 0,
+                               "params": {"width": 64}, "batch_size": 16, "max_batches_per_epoch": 0,
+                               "grad_clip": 0.0, "device": "cpu"})
+    s = spikehunt.lightning.scenario("lit_blobs_probe", frameworks.LitBlobs, frameworks.BlobData,
+                                     trainer={"max_epochs": 3, "gradient_clip_val": 0.5})(config)
+    assert dict(s.module.hparams) == {"lr": 0.3, "width": 64, "momentum": 0.5}  # save_hyperparameters() saw them
+    assert s.module.fc1.out_features == 64 and s.data.batch_size == 16
+    assert s.planned_steps() == 3 * 384 // 16 and s.grad_clip() == 0.5
+    assert s.opt.param_groups[0]["lr"] == 0.3 and s.schedulers[0][1] == "step"  # the module's own StepLR
+    batches = [s.next_batch() for _ in range(24 + 1)]
+    assert [b.epoch for b in batches[23:]] == [0, 1] and batches[0].inputs.shape == (16, 8)
+
+
+def test_a_lightning_scenario_runs_bit_identically_and_replays_its_failure_from_the_checkpoint(tmp_path):
+    rc, a, out = run(tmp_path / "a", *LIT, "optimizer.lr=8")
+    assert rc == 1, out
+    v = read_json(os.path.join(a, "verdict.json"))
+    assert v["outcome"] == "non_finite" and v["fault"]["tensor"], v
+    rc, b, out = run(tmp_path / "b", *LIT, "optimizer.lr=8")
+    ta, tb = read_jsonl(os.path.join(a, "trace.jsonl")), read_jsonl(os.path.join(b, "trace.jsonl"))
+    for x, y in zip(ta, tb):
+        x.pop("step_ms"), y.pop("step_ms")
+    assert ta == tb and len(ta) == v["failure_step"] + 1
+    rc, out, err = cli("replay", os.path.join(a, "repro.json"), "--from-checkpoint", script=FRAMEWORKS)
+    assert rc == 0 and "reproduced: non_finite" in out, out + err
+    rc, healthy, out = run(tmp_path / "c", *LIT, "optimizer.lr=0.1")
+    assert rc == 0 and read_json(os.path.join(healthy, "verdict.json"))["steps_run"] == 2 * 384 // 16, out
+
+
+def test_a_lightning_scenario_sweeps_shrinks_and_its_repros_replay(tmp_path):
+    rc, out, err = cli("sweep", "--space", os.path.join("tests", "python", "frameworks_space.json"), "--runs", "8",
+                       "-j", "2", "--max-shrinks", "1", "--shrink-bursts", "8", "--no-progress", "--out",
+                       str(tmp_path), script=FRAMEWORKS)
+    assert rc == 1, out + err
+    repros = glob.glob(os.path.join(tmp_path, "repros", "*.repro.json"))
+    assert repros, out
+    shrunk = read_json(repros[0])
+    assert shrunk["config"]["scenario"] == "lit_blobs"
+    rc, out, err = cli("replay", repros[0], script=FRAMEWORKS)
+    assert rc == 0 and "reproduced" in out and "not reproduced" not in out, out + err
+
+
+def test_the_doctor_reads_a_lightning_scenario_and_finds_nothing_on_a_healthy_one():
+    rc, out, err = cli("doctor", "--set", LIT[0], "--set", LIT[1], "--set", LIT[2], "--set", LIT[3], "--json",
+                       script=FRAMEWORKS)
+    report = __import__("json").loads(out)
+    assert rc == 0 and report["passed"], [s["name"] for s in report["signs"] if not s["passed"] and not s["skipped"]]
+    assert not [s for s in report["signs"] if s["skipped"] and s["name"] in ("overfit_one_batch", "eval_consistency")]
+
+
+def test_a_hugging_face_scenario_trains_the_trainers_step_and_replays_its_failure(tmp_path):
+    rc, healthy, out = run(tmp_path / "ok", *HF, "optimizer.lr=0.001")
+    assert rc == 0, out
+    trace = read_jsonl(os.path.join(healthy, "trace.jsonl"))
+    assert len(trace) == 10 and trace[-1]["loss"] < trace[0]["loss"]
+    assert [r["epoch"] for r in trace] == [0] * 10  # 96 rows / batch 8: 12 an epoch, cut at args' max_steps 10
+    rc, bad, out = run(tmp_path / "bad", *HF, "optimizer.lr=10")  # AdamW (the Trainer's default) at lr 10
+    v = read_json(os.path.join(bad, "verdict.json"))
+    assert rc == 1 and v["outcome"] == "extreme" and 0 < v["onset_step"] < 10, out
+    rc, out, err = cli("replay", os.path.join(bad, "repro.json"), "--from-checkpoint", script=FRAMEWORKS)
+    assert rc == 0 and "reproduced: extreme" in out, out + err
+
+
+def test_a_framework_scenario_refuses_what_it_cannot_map_naming_it():
+    with pytest.raises(spikehunt.ContractError, match=r"trainer= holds precision"):
+        spikehunt.lightning.scenario("x", LitBlobs, trainer={"precision": "16-mixed"})
+    with pytest.raises(spikehunt.ContractError, match=r"args sets learning_rate \(the config: optimizer.lr\)"):
+        spikehunt.hf.scenario("y", lambda: None, lambda: None, args={"learning_rate": 0.1})
+
+
+def test_the_callback_and_the_scenario_take_the_umbrella_packages_lightning_pytorch_as_well(tmp_path):
+    import lightning as L  # requirements.txt pins lightning too: `import lightning as L` is today's spelling
+
+    class Umbrella(L.LightningModule):
+        def __init__(self, lr=0.1):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4)
+            self.lr = lr
+
+        def training_step(self, batch, batch_idx):
+            return F.cross_entropy(self.fc(batch[0]), batch[1])
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader([tiny.blobs(16, torch.Generator().manual_seed(i)) for i in range(5)],
+                                               batch_size=None)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    callback = spikehunt.lightning.Monitor(out=str(tmp_path), num_classes=4)
+    L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+              enable_model_summary=False, callbacks=[callback]).fit(Umbrella())
+    assert len(read_jsonl(os.path.join(callback.path, "trace.jsonl"))) == 5
+    config = spikehunt.Config({"optimizer": {"lr": 0.2, "momentum": 0.0, "weight_decay": 0.0}, "seed": 0,
+                               "params": {}, "batch_size": 16, "max_batches_per_epoch": 0, "grad_clip": 0.0,
+                               "device": "cpu"})
+    s = spikehunt.lightning.scenario("umbrella_probe", Umbrella)(config)
+    assert s.module.lr == 0.2 and s.planned_steps() == 5
