@@ -745,6 +745,8 @@ class Watch {
     if (!path_.empty()) return path_;
     if (started_) finish();  // a step begun and never finished (the loop raised): recorded as it stands
     BurstResult& result = steps_->result();
+    result.verdict.wall_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - opened_).count();
     writer_->close();
     nlohmann::json verdict = to_json(result.verdict);
     verdict["config_name"] = "watch";
@@ -783,7 +785,7 @@ class Watch {
   std::unique_ptr<RunDirectory> dir_;
   std::unique_ptr<TraceWriter> writer_;
   std::optional<BurstSteps> steps_;
-  std::chrono::steady_clock::time_point t0_;
+  std::chrono::steady_clock::time_point opened_ = std::chrono::steady_clock::now(), t0_;
   bool started_ = false;
   std::string path_, text_;
 };

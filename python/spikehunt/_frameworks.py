@@ -146,7 +146,7 @@ def _substitute(template, inputs, targets):
 
 
 def epochs_of(loader_factory, epochs, limit, max_steps, seed):
-    """The training batches: `epochs` passes over a new iterator of loader_factory() each,
+    """The training batches: `epochs` passes over a new iterator of loader_factory(epoch) each,
     each cut at `limit` batches (0: whole), all cut at `max_steps` (0: none). Yields (epoch,
     index, raw). Each epoch's iterator is made, and its first batch drawn, under torch's
     generator seeded from (seed, epoch) and then put back as it was: a DataLoader's shuffle
@@ -156,7 +156,7 @@ def epochs_of(loader_factory, epochs, limit, max_steps, seed):
     for epoch in range(epochs):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed((int(seed) * 1_000_003 + epoch) % (1 << 63))
-            iterator = iter(loader_factory())
+            iterator = iter(loader_factory(epoch))
             first = next(iterator, _END)
         index, raw = 0, first
         while raw is not _END:

@@ -190,16 +190,17 @@ def scenario(name, model, train_dataset, args=None, eval_dataset=None, data_coll
                                                 eval_dataset=evals, data_collator=data_collator)
             first = self.trainer.get_train_dataloader()
             per_epoch = batches_per_epoch(first, where, config.max_batches_per_epoch)
+            # As the Trainer counts: max_steps, when set, wins over num_train_epochs (the data cycles).
             max_steps = self.args.max_steps if self.args.max_steps > 0 else 0
-            epochs = max(math.ceil(self.args.num_train_epochs), 1)
-            self._planned = min(epochs * per_epoch, max_steps) if max_steps else epochs * per_epoch
+            epochs = math.ceil(max_steps / per_epoch) if max_steps else max(math.ceil(self.args.num_train_epochs), 1)
+            self._planned = max_steps or epochs * per_epoch
             self.trainer.create_optimizer_and_scheduler(num_training_steps=self._planned)
             self.opt, self.schedule = self.trainer.optimizer, self.trainer.lr_scheduler
             self._clip = config.grad_clip if config.grad_clip > 0 else float(self.args.max_grad_norm or 0)
             self._watch_root(self.net)
             loaders = [first]  # the first epoch's loader is the one measured above
 
-            def loader():
+            def loader(epoch):
                 return loaders.pop() if loaders else self.trainer.get_train_dataloader()
             self._batches = epochs_of(loader, epochs, config.max_batches_per_epoch, max_steps, config.seed)
 

@@ -138,7 +138,8 @@ class Monitor(*_callbacks):
 
 # ---- a LightningModule as a scenario: every verb on the user's unchanged module and data ----
 
-_TRAINER_ARGS = ("max_epochs", "max_steps", "limit_train_batches", "gradient_clip_val", "gradient_clip_algorithm")
+_TRAINER_ARGS = ("max_epochs", "max_steps", "limit_train_batches", "gradient_clip_val", "gradient_clip_algorithm",
+                 "reload_dataloaders_every_n_epochs")
 
 
 class _TrainerStandIn:
@@ -232,8 +233,10 @@ def scenario(name, module, datamodule=None, trainer=None, params=(), taps="leave
       as for register()), else lr / learning_rate (optimizer.lr), momentum, weight_decay,
       batch_size, seed, else the argument's default. save_hyperparameters() then records
       them in hparams as a fit would.
-    trainer: the Trainer arguments spikehunt maps: max_epochs (default 1), max_steps,
-      limit_train_batches, gradient_clip_val (the config's grad_clip wins when > 0). The
+    trainer: the Trainer arguments spikehunt maps: max_epochs (default 1; with max_steps
+      alone, as many as max_steps takes), max_steps,
+      limit_train_batches, reload_dataloaders_every_n_epochs, gradient_clip_val (the
+      config's grad_clip wins when > 0). The
       config's max_batches_per_epoch, when set, cuts each epoch, and accumulation_steps
       accumulates gradients.
     The step: configure_optimizers() (one optimizer; schedulers of interval step or epoch
@@ -254,6 +257,7 @@ def scenario(name, module, datamodule=None, trainer=None, params=(), taps="leave
                             f"clips by the global norm ('norm')")
     max_epochs = int(options.get("max_epochs") or 1)
     max_steps = max(int(options.get("max_steps") or 0), 0)
+    reload = int(options.get("reload_dataloaders_every_n_epochs") or 0)
     split = batch or (lambda b: split_batch(b, where))
 
     class LightningScenario(FrameworkScenario):
@@ -269,6 +273,14 @@ def scenario(name, module, datamodule=None, trainer=None, params=(), taps="leave
             self.data = from_config(datamodule, config, where) if datamodule is not None else None
             if config.device == "cuda":
                 self.module.to("cuda")
+            clip = float(options.get("gradient_clip_val") or 0)
+            self._clip = config.grad_clip if config.grad_clip > 0 else clip
+            self.stand_in = _TrainerStandIn(0, max_epochs, max_steps, clip)  # the length once the data is read
+            self.stand_in.lightning_module, self.stand_in.datamodule = self.module, self.data
+            self.module.trainer = self.stand_in
+            self.module.log = self.module.log_dict = _no_log
+            if self.data is not None:
+                self.data.trainer = self.stand_in
             for hooks in (self.data, self.module):  # as a fit calls them, on one process
                 if hooks is not None:
                     hooks.prepare_data()
@@ -277,26 +289,29 @@ def scenario(name, module, datamodule=None, trainer=None, params=(), taps="leave
             whole = batches_per_epoch(loader, where, config.max_batches_per_epoch)
             limit = config.max_batches_per_epoch or _limit(options.get("limit_train_batches"), whole)
             per_epoch = min(whole, limit) if limit else whole
-            self._planned = min(max_epochs * per_epoch, max_steps) if max_steps else max_epochs * per_epoch
-            clip = float(options.get("gradient_clip_val") or 0)
-            self._clip = config.grad_clip if config.grad_clip > 0 else clip
-            self.stand_in = _TrainerStandIn(self._planned, max_epochs, max_steps, clip)
-            self.stand_in.lightning_module, self.stand_in.datamodule = self.module, self.data
-            self.module.trainer = self.stand_in
-            self.module.log = self.module.log_dict = _no_log
-            if self.data is not None:
-                self.data.trainer = self.stand_in
+            if max_steps and "max_epochs" not in options:  # max_steps alone: as many epochs as it takes
+                self.stand_in.max_epochs = epochs = -(-max_steps // per_epoch)
+            else:
+                epochs = max_epochs
+            self._planned = min(epochs * per_epoch, max_steps) if max_steps else epochs * per_epoch
+            self.stand_in.estimated_stepping_batches = self.stand_in.num_training_batches = self._planned
             self.module.configure_model()
             self._watch_root(self.module)
             self.opt, self.schedulers = _optimizers_of(self.module.configure_optimizers(), where)
             self.stand_in.optimizers = [self.opt]
-            self._batches = epochs_of(lambda: self._loader(first=loader), max_epochs, limit, max_steps, config.seed)
+            self._train_loader = loader
+            self._batches = epochs_of(self._epoch_loader, epochs, limit, max_steps, config.seed)
             self._epoch = 0
 
-        def _loader(self, first=None):
-            if first is not None and not getattr(self, "_first_used", False):
-                self._first_used = True  # the loader planned_steps measured, not a second one
-                return first
+        def _epoch_loader(self, epoch):
+            """The loader of epoch `epoch`: the same one every epoch, or a new one every n
+            (reload_dataloaders_every_n_epochs), made with trainer.current_epoch at `epoch`."""
+            self.stand_in.current_epoch = epoch
+            if epoch > 0 and reload and epoch % reload == 0:
+                self._train_loader = self._loader()
+            return self._train_loader
+
+        def _loader(self):
             source = self.data if _overridden(self.data, "train_dataloader", LightningDataModule) else self.module
             if source is self.data or _overridden(self.module, "train_dataloader", LightningModule):
                 return source.train_dataloader()
@@ -322,7 +337,6 @@ def scenario(name, module, datamodule=None, trainer=None, params=(), taps="leave
             epoch, index, raw = item
             while self._epoch < epoch:  # an epoch ended: its schedulers step, as Lightning steps them
                 self._epoch += 1
-                self.stand_in.current_epoch = self._epoch
                 for s, interval, frequency in self.schedulers:
                     if interval == "epoch" and self._epoch % frequency == 0:
                         s.step()

@@ -55,3 +55,38 @@ def test_a_pytorch_gpt_on_real_text_under_lr_sensitivity(tmp_path):
     assert high["diverged"]  # and not at 0.3
     # The tapped attention logits (spikehunt.tap("block0_attn_logits", ...)) are read as the C++ GPT's are.
     assert 0 < low["max_attention_logit"] < high["max_attention_logit"]
+
+
+LIT_CNN = "examples/python/lightning_cnn.py"
+HF_GPT2 = "examples/python/hf_gpt2.py"
+
+
+def test_the_motivating_case_as_a_lightning_module_runs_its_domains_in_order_and_replays(tmp_path):
+    rc, text, err = spikehunt("run", "--config", "examples/python/lightning_cnn.json", "--set",
+                              "max_batches_per_epoch=3", "--set", 'params.order="BA"', "--out", str(tmp_path),
+                              script=LIT_CNN)
+    assert rc == 0, text + err
+    trace = read_jsonl(os.path.join(run_folder(tmp_path), "trace.jsonl"))
+    assert [r["epoch"] for r in trace] == [0] * 3 + [1] * 3 + [2] * 3
+    seen = [{c for c, n in enumerate(r["label_histogram"]) if n} for r in trace]
+    assert set().union(*seen[:3]) <= set(range(5, 10)) and set().union(*seen[3:6]) <= set(range(5))  # B, then A
+    rc, text, err = spikehunt("replay", os.path.join(run_folder(tmp_path), "repro.json"), script=LIT_CNN)
+    assert rc == 0 and "reproduced" in text, text + err
+
+
+def test_the_lightning_example_fits_with_the_callback(tmp_path):
+    rc, text, err = spikehunt("fit", "--batches", "3", "--out", str(tmp_path), script=LIT_CNN)
+    assert rc == 0, text + err
+    trace = read_jsonl(os.path.join(run_folder(tmp_path), "trace.jsonl"))
+    assert len(trace) == 9 and set(trace[0]["activations"]) == {"conv1", "conv2", "fc1", "fc2"}
+
+
+def test_the_hugging_face_example_trains_under_run_and_under_the_callback(tmp_path):
+    rc, text, err = spikehunt("run", "--config", "examples/python/hf_gpt2.json", "--set", "max_batches_per_epoch=5",
+                              "--out", str(tmp_path / "run"), script=HF_GPT2)
+    assert rc == 0, text + err
+    trace = read_jsonl(os.path.join(run_folder(tmp_path / "run"), "trace.jsonl"))
+    assert len(trace) == 200 and trace[-1]["loss"] < trace[0]["loss"] - 1  # max_steps 200 over epochs of 5 batches
+    rc, text, err = spikehunt("train", "--steps", "5", "--out", str(tmp_path / "train"), script=HF_GPT2)
+    assert rc == 0, text + err
+    assert len(read_jsonl(os.path.join(run_folder(tmp_path / "train"), "trace.jsonl"))) == 5
