@@ -8,14 +8,20 @@ process, one run, rounds interleaved:
   hf plain                a 2-layer GPT-2 (n_embd 128, 128 tokens, batch 8) under transformers' Trainer
   hf spikehunt            the same with spikehunt.hf.Monitor
   torch plain / watch     the plain PyTorch loop against the same loop under spikehunt.Watch
+  ..., no ckpt            spikehunt's rows with checkpoints=False: no copy of the state entering
+                          each step (what the last-healthy checkpoint costs)
 
 Each row is the median over rounds of the median time of a training batch
 (on_train_batch_start to on_train_batch_end; the Trainer's on_step_begin to
 on_step_end; the loop's step), after warm-up batches. Prints ms per step and
 each row's ratio to its framework's plain row, and the BLAS LibTorch calls.
 
+--interleaved measures each callback (and the Watch) with monitored and plain steps
+alternating in one fit (even steps watched, odd ones not: the callback's hooks stay
+registered and return at once), which the drift of a shared VM cannot skew.
+
 Usage: PYTHONPATH=build/python .venv/bin/python bench/python/frameworks_bench.py [--threads 2] [--rounds 5] [--steps 40]
-       [--clock wall|thread]
+       [--clock wall|thread] [--interleaved]
 """
 import argparse
 import logging
@@ -127,13 +133,13 @@ def hf(extra, steps, out):
     return median_after_warmup(timer.times)
 
 
-def loop(watch, steps, out):
+def loop(watch, steps, out, checkpoints):
     torch.manual_seed(0)
     model = SimpleCNN(0.01)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     times = []
     if watch:
-        with spikehunt.Watch(model, opt, out=out, taps="leaves") as w:
+        with spikehunt.Watch(model, opt, out=out, taps="leaves", checkpoints=checkpoints) as w:
             for _ in range(steps):
                 t0 = CLOCK()
                 w.step(F.cross_entropy(model(X), Y), X, Y)
@@ -148,11 +154,115 @@ def loop(watch, steps, out):
     return median_after_warmup(times)
 
 
+# ---- interleaved: monitored and plain steps alternating in one fit (what the VM's drift cannot skew) ----
+
+class AlternatingLightning(spikehunt.lightning.Monitor):
+    """spikehunt's callback on even batches only; odd batches run as if it were absent
+    (its hooks stay registered and return at once)."""
+
+    def _off(self, batch_idx):
+        return batch_idx % 2 == 1
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._skip = self._off(batch_idx)
+        if self._skip:
+            self.watch._taps.clear()
+        else:
+            super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
+
+    def on_before_backward(self, trainer, pl_module, loss):
+        if not self._skip:
+            super().on_before_backward(trainer, pl_module, loss)
+        else:
+            self.watch._taps.clear()
+            self.watch._outputs = None
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        if not self._skip:
+            super().on_before_optimizer_step(trainer, pl_module, optimizer)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if not self._skip:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+
+class AlternatingHf(spikehunt.hf.Monitor):
+    """The same for the Trainer: even optimizer steps watched."""
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._skip = state.global_step % 2 == 1
+
+    def _pre(self, model, args, kwargs):
+        if not self._skip:
+            super()._pre(model, args, kwargs)
+
+    def _post(self, model, args, kwargs, output):
+        if not self._skip:
+            super()._post(model, args, kwargs, output)
+        else:
+            self.watch._taps.clear()
+            self.watch._outputs = None
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        if not self._skip:
+            super().on_pre_optimizer_step(args, state, control, **kwargs)
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        if not self._skip:
+            super().on_optimizer_step(args, state, control, **kwargs)
+
+
+def split_even_odd(times):
+    times = times[WARMUP + WARMUP % 2:]
+    return statistics.median(times[0::2]), statistics.median(times[1::2])
+
+
+def interleaved(steps, checkpoints, out):
+    """{row: (watched ms, plain ms)} from one fit / train / loop each, steps alternating."""
+    result = {}
+    timer = BatchTimes()
+    torch.manual_seed(0)
+    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=out,
+                         callbacks=[timer, AlternatingLightning(out=out, taps="leaves", checkpoints=checkpoints)])
+    trainer.fit(LitCNN(), torch.utils.data.DataLoader([(X, Y)] * steps, batch_size=None))
+    result["lightning"] = split_even_odd(timer.times)
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=256, n_positions=128, n_embd=128, n_layer=2, n_head=4,
+                                     bos_token_id=0, eos_token_id=0)
+    hf_timer = StepTimes()
+    args = transformers.TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=8,
+                                          learning_rate=1e-3, logging_steps=10 ** 6, save_strategy="no",
+                                          report_to=[], use_cpu=True, seed=0, disable_tqdm=True)
+    transformers.Trainer(model=transformers.GPT2LMHeadModel(config), args=args, train_dataset=Tokens(steps * 8),
+                         callbacks=[hf_timer, AlternatingHf(out=out, taps="leaves", checkpoints=checkpoints)]).train()
+    result["hf"] = split_even_odd(hf_timer.times)
+    torch.manual_seed(0)
+    plain_model, watched_model = SimpleCNN(0.01), SimpleCNN(0.01)
+    plain_opt = torch.optim.SGD(plain_model.parameters(), lr=0.05, momentum=0.9)
+    watched_opt = torch.optim.SGD(watched_model.parameters(), lr=0.05, momentum=0.9)
+    times = []
+    with spikehunt.Watch(watched_model, watched_opt, out=out, taps="leaves", checkpoints=checkpoints) as w:
+        for _ in range(steps // 2):
+            t0 = CLOCK()
+            w.step(F.cross_entropy(watched_model(X), Y), X, Y)
+            times.append((CLOCK() - t0) * 1000)
+            t0 = CLOCK()
+            plain_opt.zero_grad()
+            F.cross_entropy(plain_model(X), Y).backward()
+            plain_opt.step()
+            times.append((CLOCK() - t0) * 1000)
+    result["watch"] = split_even_odd(times)
+    return result
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--interleaved", action="store_true",
+                    help="instead: monitored and plain steps alternating in one fit, train and loop each")
     ap.add_argument("--clock", choices=["wall", "thread"], default="wall",
                     help="thread: the main thread's CPU time (what another process on the machine cannot inflate)")
     a = ap.parse_args()
@@ -163,16 +273,43 @@ def main():
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     transformers.logging.set_verbosity_error()
+    devnull = open(os.devnull, "w")
+    if a.interleaved:
+        print(f"{a.threads} thread(s), torch {torch.__version__}, pytorch-lightning {pl.__version__}, transformers "
+              f"{transformers.__version__}, {a.rounds} rounds of {a.steps} alternating steps, {a.clock} clock; "
+              f"BLAS: {peer.blas_in_use()}")
+        print(f"{'':22} {'checkpoints':>12} {'watched ms':>11} {'plain ms':>9} {'ratio':>7}")
+        for checkpoints in (True, False):
+            ratios = {}
+            for _ in range(a.rounds):
+                with tempfile.TemporaryDirectory() as out:
+                    stdout, sys.stdout = sys.stdout, devnull
+                    try:
+                        for name, (on, off) in interleaved(a.steps, checkpoints, out).items():
+                            ratios.setdefault(name, []).append((on, off))
+                    finally:
+                        sys.stdout = stdout
+            for name, pairs in ratios.items():
+                on = statistics.median(p[0] for p in pairs)
+                off = statistics.median(p[1] for p in pairs)
+                ratio = statistics.median(p[0] / p[1] for p in pairs)
+                print(f"{name:22} {str(checkpoints):>12} {on:11.2f} {off:9.2f} {ratio:7.3f}")
+        return
     rows = {
         "lightning plain": (lambda o: lightning(None, a.steps, o), "lightning plain"),
         "lightning SpikeDetection": (lambda o: lightning(lambda d: pl.callbacks.SpikeDetection(
             exclude_batches_path=os.path.join(d, "skip.json")), a.steps, o), "lightning plain"),
         "lightning spikehunt": (lambda o: lightning(lambda d: spikehunt.lightning.Monitor(
             out=d, taps="leaves"), a.steps, o), "lightning plain"),
+        "lightning spikehunt, no ckpt": (lambda o: lightning(lambda d: spikehunt.lightning.Monitor(
+            out=d, taps="leaves", checkpoints=False), a.steps, o), "lightning plain"),
         "hf plain": (lambda o: hf(None, a.steps, o), "hf plain"),
         "hf spikehunt": (lambda o: hf(lambda d: spikehunt.hf.Monitor(out=d, taps="leaves"), a.steps, o), "hf plain"),
-        "torch plain": (lambda o: loop(False, a.steps, o), "torch plain"),
-        "torch watch": (lambda o: loop(True, a.steps, o), "torch plain"),
+        "hf spikehunt, no ckpt": (lambda o: hf(lambda d: spikehunt.hf.Monitor(
+            out=d, taps="leaves", checkpoints=False), a.steps, o), "hf plain"),
+        "torch plain": (lambda o: loop(False, a.steps, o, True), "torch plain"),
+        "torch watch": (lambda o: loop(True, a.steps, o, True), "torch plain"),
+        "torch watch, no ckpt": (lambda o: loop(True, a.steps, o, False), "torch plain"),
     }
     times = {k: [] for k in rows}
     devnull = open(os.devnull, "w")
@@ -187,10 +324,10 @@ def main():
     print(f"{a.threads} thread(s), torch {torch.__version__}, pytorch-lightning {pl.__version__}, transformers "
           f"{transformers.__version__}, {a.rounds} rounds of {a.steps} steps ({WARMUP} warm-up), {a.clock} clock; "
           f"BLAS: {peer.blas_in_use()}")
-    print(f"{'':26} {'ms/step':>9} {'/ plain':>9}")
+    print(f"{'':30} {'ms/step':>9} {'/ plain':>9}")
     for name, (_, base) in rows.items():
         m = statistics.median(times[name])
-        print(f"{name:26} {m:9.2f} {m / statistics.median(times[base]):9.3f}")
+        print(f"{name:30} {m:9.2f} {m / statistics.median(times[base]):9.3f}")
 
 
 if __name__ == "__main__":

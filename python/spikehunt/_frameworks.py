@@ -72,8 +72,8 @@ class FrameworkScenario(Scenario):
                 self._root_output = output.get("logits")
         module.register_forward_hook(hook)
 
-    def _keep(self, raw, index, split, table):
-        inputs, targets = split(raw)
+    def _keep(self, raw, index, table):
+        inputs, targets = self.split(raw)
         table[id(inputs)] = (raw, index, inputs)
         self._template = (raw, inputs, targets)
         return inputs, targets
@@ -108,6 +108,20 @@ class FrameworkScenario(Scenario):
                                 f"{'None' if loss is None else type(loss).__name__}: under spikehunt every "
                                 f"batch trains, so it must return the loss (a tensor, or a dict with 'loss')")
         return loss
+
+    def _heldout_of(self, loader, max_samples):
+        """A held-out loader's batches as (inputs, targets), kept by their inputs, up to
+        max_samples samples (at least one batch)."""
+        out, samples = [], 0
+        for index, raw in enumerate(loader):
+            inputs, targets = self._keep(raw, index, self._heldout)
+            if out and samples + len(inputs) > max_samples:
+                break
+            out.append((inputs, targets))
+            samples += len(inputs)
+            if samples >= max_samples:
+                break
+        return out
 
     def step_loss(self, raw, index):
         raise NotImplementedError

@@ -221,7 +221,7 @@ def scenario(name, model, train_dataset, args=None, eval_dataset=None, data_coll
             if item is None:
                 return None
             epoch, index, raw = item
-            inputs, targets = self._keep(raw, index, self.split, self._raw)
+            inputs, targets = self._keep(raw, index, self._raw)
             return Batch(inputs, targets, 0, epoch, index)
 
         def step_loss(self, raw, index):
@@ -230,16 +230,7 @@ def scenario(name, model, train_dataset, args=None, eval_dataset=None, data_coll
         def heldout(self, max_samples):
             if self.trainer.eval_dataset is None:
                 return []
-            out, samples = [], 0
-            for index, raw in enumerate(self.trainer.get_eval_dataloader()):
-                inputs, targets = self._keep(raw, index, self.split, self._heldout)
-                if out and samples + len(inputs) > max_samples:
-                    break
-                out.append((inputs, targets))
-                samples += len(inputs)
-                if samples >= max_samples:
-                    break
-            return out
+            return self._heldout_of(self.trainer.get_eval_dataloader(), max_samples)
 
         def optimizer_step(self):
             self.opt.step()

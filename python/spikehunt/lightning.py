@@ -340,7 +340,7 @@ def scenario(name, module, datamodule=None, trainer=None, params=(), taps="leave
                 for s, interval, frequency in self.schedulers:
                     if interval == "epoch" and self._epoch % frequency == 0:
                         s.step()
-            inputs, targets = self._keep(raw, index, split, self._raw)
+            inputs, targets = self._keep(raw, index, self._raw)
             return Batch(inputs, targets, 0, epoch, index)
 
         def step_loss(self, raw, index):
@@ -354,17 +354,7 @@ def scenario(name, module, datamodule=None, trainer=None, params=(), taps="leave
             if source is None:
                 return []
             loaders = source.val_dataloader()
-            loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
-            out, samples = [], 0
-            for index, raw in enumerate(loader):
-                inputs, targets = self._keep(raw, index, split, self._heldout)
-                if out and samples + len(inputs) > max_samples:
-                    break
-                out.append((inputs, targets))
-                samples += len(inputs)
-                if samples >= max_samples:
-                    break
-            return out
+            return self._heldout_of(loaders[0] if isinstance(loaders, (list, tuple)) else loaders, max_samples)
 
         def optimizer_step(self):
             self.opt.step()
