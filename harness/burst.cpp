@@ -1,5 +1,6 @@
 #include "harness/burst.h"
 #include "harness/burst_steps.h"
+#include "harness/state_buffers.h"
 
 #include <malloc.h>
 
@@ -55,7 +56,9 @@ BurstSteps::BurstSteps(Scenario& scenario, const HealthRules& rules, const Burst
 
 void BurstSteps::begin(const std::vector<Batch>& batches) {
   if (options_.keep_states && !result_.verdict.onset_step) {
-    entering_ = {step_, capture_state(scenario_), monitor_.state()};
+    capture_state_into(scenario_, entering_.tensors);  // into the last step's buffers
+    entering_.step = step_;
+    entering_.monitor = monitor_.state();
   }
   monitor_.begin_step(step_, batches);
 }

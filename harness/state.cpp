@@ -1,4 +1,5 @@
 #include "harness/state.h"
+#include "harness/state_buffers.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -22,12 +23,16 @@ std::string shape_text(const torch::Tensor& t) {
 
 }  // namespace
 
-std::vector<NamedTensor> capture_state(Scenario& scenario) {
+namespace {
+
+// Calls copy(name, live tensor) for each of the state's tensors in capture_state's
+// order, and keep(name, value) for the values made fresh each time (step counts, RNG).
+template <class Copy, class Keep>
+void visit_state(Scenario& scenario, Copy&& copy, Keep&& keep) {
   torch::NoGradGuard no_grad;
-  std::vector<NamedTensor> out;
   torch::nn::Module& model = scenario.model();
-  for (const auto& p : model.named_parameters()) out.push_back({"model." + p.key(), p.value().detach().clone()});
-  for (const auto& b : model.named_buffers()) out.push_back({"model." + b.key(), b.value().detach().clone()});
+  for (const auto& p : model.named_parameters()) copy("model." + p.key(), p.value().detach());
+  for (const auto& b : model.named_buffers()) copy("model." + b.key(), b.value().detach());
   const std::vector<NamedOptimizer> optimizers = scenario.optimizers();
   for (const NamedOptimizer& o : optimizers) {
     if (state_buffer_names(*o.optimizer).empty() && !o.optimizer->state().empty()) {
@@ -40,12 +45,45 @@ std::vector<NamedTensor> capture_state(Scenario& scenario) {
     if (p.optimizer < 0) continue;
     std::optional<ParamState> s = param_state(*optimizers[size_t(p.optimizer)].optimizer, p.tensor);
     if (!s) continue;
-    for (const NamedTensor& b : s->buffers) out.push_back({"optim." + p.name + "." + b.name, b.tensor.detach().clone()});
+    for (const NamedTensor& b : s->buffers) copy("optim." + p.name + "." + b.name, b.tensor.detach());
     if (s->step) steps.push_back({"optim." + p.name + ".step", torch::tensor(*s->step, torch::kInt64)});
   }
-  out.insert(out.end(), steps.begin(), steps.end());  // Adam's step counts after the buffers, as before
-  out.push_back({"rng.cpu", at::detail::getDefaultCPUGenerator().get_state()});
+  for (NamedTensor& t : steps) keep(std::move(t.name), std::move(t.tensor));  // Adam's step counts after the buffers
+  keep("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+}
+
+}  // namespace
+
+std::vector<NamedTensor> capture_state(Scenario& scenario) {
+  std::vector<NamedTensor> out;
+  visit_state(
+      scenario, [&](std::string name, const torch::Tensor& t) { out.push_back({std::move(name), t.clone()}); },
+      [&](std::string name, torch::Tensor t) { out.push_back({std::move(name), std::move(t)}); });
   return out;
+}
+
+void capture_state_into(Scenario& scenario, std::vector<NamedTensor>& into) {
+  std::vector<NamedTensor> old = std::move(into);
+  into.clear();
+  size_t i = 0;
+  auto reusable = [&](const std::string& name, const torch::Tensor& t) -> torch::Tensor {
+    if (i < old.size() && old[i].name == name && old[i].tensor.sizes() == t.sizes() &&
+        old[i].tensor.dtype() == t.dtype() && old[i].tensor.device() == t.device() && old[i].tensor.is_contiguous()) {
+      return old[i].tensor;
+    }
+    return {};
+  };
+  visit_state(
+      scenario,
+      [&](std::string name, const torch::Tensor& t) {
+        torch::Tensor buffer = reusable(name, t);
+        into.push_back({std::move(name), buffer.defined() ? buffer.copy_(t) : t.clone()});
+        ++i;
+      },
+      [&](std::string name, torch::Tensor t) {
+        into.push_back({std::move(name), std::move(t)});
+        ++i;
+      });
 }
 
 void restore_state(Scenario& scenario, const std::vector<NamedTensor>& tensors, const std::string& source) {

@@ -722,6 +722,10 @@ class Watch {
   std::string tap(const std::string& name, const torch::Tensor& t) {
     return stage([&] { steps_->monitor().on_tap(interned(name), t); });
   }
+  // A tap whose max |x| was taken when it was made (a CPU tensor, read while hot).
+  std::string tap_max(const std::string& name, const torch::Tensor& t, double max_abs) {
+    return stage([&] { steps_->monitor().on_tap_max(interned(name), t, max_abs); });
+  }
   std::string forward(const torch::Tensor& outputs, const torch::Tensor& loss) {
     return stage([&] {
       steps_->monitor().after_forward(outputs);
@@ -851,6 +855,7 @@ PYBIND11_MODULE(_core, m) {
                     int64_t, int64_t>())
       .def("begin", &Watch::begin)
       .def("tap", &Watch::tap)
+      .def("tap_max", &Watch::tap_max)
       .def("forward", &Watch::forward)
       .def("after_backward", &Watch::after_backward)
       .def("finish", &Watch::finish)
@@ -867,6 +872,12 @@ PYBIND11_MODULE(_core, m) {
     } catch (const InputError& e) {
       PyErr_SetString(input_error.ptr(), e.what());
     }
+  });
+
+  // max |x| of a CPU tensor now (the monitor's own kernel; NaN if any NaN).
+  m.def("max_abs", [](const torch::Tensor& t) {
+    torch::NoGradGuard no_grad;
+    return max_abs_stat(t).item<double>();
   });
 
   m.def("tap", [](const std::string& name, const torch::Tensor& t) {

@@ -12,6 +12,7 @@
 #include "harness/health.h"
 #include "harness/monitor.h"
 #include "harness/state.h"
+#include "harness/state_buffers.h"
 #include "scenarios/catalog.h"
 #include "test_util.h"
 
@@ -169,6 +170,32 @@ TEST(State, TwoOptimizersAreSteppedMonitoredAndResumedBitIdentically) {
   for (const NamedTensor& t : capture_state(*s)) names.push_back(t.name);
   EXPECT_NE(std::find(names.begin(), names.end(), "optim.out.weight.step"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "optim.fc1.bias.momentum_buffer"), names.end());
+}
+
+TEST(State, CapturingIntoLastStepsBuffersGivesCaptureStatesTensorsInTheirMemory) {
+  register_scenario("test_two_optimizers_into", [](const TrainingConfig& c) { return std::make_unique<TwoOptimizers>(c); });
+  const TrainingConfig c = default_config({"scenario=test_two_optimizers_into", "model.kind=mlp",
+                                           "max_batches_per_epoch=3", "dataset.synthetic_train_per_class=40",
+                                           "batch_size=16"});
+  configure_runtime(c);
+  auto s = make_scenario(c);
+  std::vector<NamedTensor> into;
+  capture_state_into(*s, into);  // before any step: no optimizer state yet
+  BurstOptions o;
+  o.max_steps = 2;
+  run_burst(*s, c.health, o);
+  capture_state_into(*s, into);  // the optimizers' state appears: new names, new buffers
+  const void* fc1 = into.front().tensor.data_ptr();
+  run_burst(*s, c.health, o);    // the parameters and moments change
+  capture_state_into(*s, into);
+  const std::vector<NamedTensor> fresh = capture_state(*s);
+  ASSERT_EQ(into.size(), fresh.size());
+  for (size_t i = 0; i < fresh.size(); ++i) {
+    EXPECT_EQ(into[i].name, fresh[i].name);
+    EXPECT_TRUE(torch::equal(into[i].tensor, fresh[i].tensor)) << fresh[i].name;
+  }
+  EXPECT_EQ(into.front().tensor.data_ptr(), fc1) << into.front().name << " was copied into the last buffer";
+  EXPECT_NE(into.front().tensor.data_ptr(), s->model().parameters().front().data_ptr()) << "a copy, not the live one";
 }
 
 TEST(State, RestoreRejectsAForeignCheckpoint) {

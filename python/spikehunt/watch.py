@@ -15,6 +15,7 @@ closes). With fail_fast=True, the first non-finite tensor raises NonFiniteError
 naming it and its stage.
 """
 import json
+import math
 
 import torch
 
@@ -64,8 +65,11 @@ class Watch:
         if self._live:  # a callback's step under way: straight to the monitor
             self._ended_at(self._core.tap(name, tensor))
             return
-        self._taps.append((name, tensor))
-        if self.fail_fast and not bool(torch.isfinite(tensor).all()):
+        # The step begins after the forward (the loop hands the batch over then): a CPU tap's
+        # max is taken now, while the tensor is still in cache, and handed over with it.
+        peak = _core.max_abs(tensor) if tensor.device.type == "cpu" else None
+        self._taps.append((name, tensor, peak))
+        if self.fail_fast and not (math.isfinite(peak) if peak is not None else bool(torch.isfinite(tensor).all())):
             raise NonFiniteError(f"step {self._step}: {name} (forward): {int(torch.isnan(tensor).sum())} NaN, "
                                  f"{int(torch.isposinf(tensor).sum())} +Inf, {int(torch.isneginf(tensor).sum())} -Inf "
                                  f"of {tensor.numel()}")
@@ -114,8 +118,9 @@ class Watch:
         """A whole forward after the fact: [(inputs, targets, outputs, loss, taps)] a micro-batch."""
         record = self._begin([(m[0], m[1]) for m in micro])
         for _, _, outputs, loss, taps in micro:
-            for name, t in taps:
-                record = record or self._ended_at(self._core.tap(name, t))
+            for name, t, peak in taps:
+                record = record or self._ended_at(self._core.tap(name, t) if peak is None else
+                                                  self._core.tap_max(name, t, peak))
             record = record or self._forward(outputs, loss)
         return record
 
