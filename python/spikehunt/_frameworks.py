@@ -5,7 +5,7 @@ import inspect
 
 import torch
 
-from . import ContractError, Scenario, _source_file
+from . import Batch, ContractError, Scenario, _source_file, register
 from .watch import split_batch
 
 # Constructor arguments a config field fills when the config's "params" do not name them.
@@ -123,6 +123,24 @@ class FrameworkScenario(Scenario):
                 break
         return out
 
+    def _batch_of(self, item):
+        """A training batch from epochs_of()'s (epoch, index, raw), kept by its inputs."""
+        epoch, index, raw = item
+        inputs, targets = self._keep(raw, index, self._raw)
+        return Batch(inputs, targets, 0, epoch, index)
+
+    def optimizers(self):
+        return self.opt
+
+    def grad_clip(self):
+        return self._clip
+
+    def planned_steps(self):
+        return self._planned
+
+    def num_classes(self):
+        return type(self).classes
+
     def step_loss(self, raw, index):
         raise NotImplementedError
 
@@ -157,6 +175,16 @@ def _substitute(template, inputs, targets):
     if hasattr(raw, "keys"):
         return {k: swap(raw[k]) for k in raw.keys()}
     return inputs
+
+
+def register_as(name, cls, factory, taps, num_classes, params):
+    """Registers a framework scenario class under `name`, named after the user's factory
+    (errors then name its file), with its taps and classes."""
+    cls.taps, cls.classes = taps, num_classes
+    cls.__name__ = cls.__qualname__ = f"{getattr(factory, '__name__', type(factory).__name__)}Scenario"
+    cls.__module__ = getattr(factory, "__module__", cls.__module__)
+    register(name, cls, params)
+    return cls
 
 
 def epochs_of(loader_factory, epochs, limit, max_steps, seed):
@@ -200,4 +228,4 @@ def batches_per_epoch(loader, where, limit=0):
     return min(n, limit) if limit else n
 
 
-__all__ = ["from_config", "FrameworkScenario", "epochs_of", "batches_per_epoch", "split_batch"]
+__all__ = ["from_config", "FrameworkScenario", "register_as", "epochs_of", "batches_per_epoch", "split_batch"]

@@ -162,8 +162,8 @@ def scenario(name, model, train_dataset, args=None, eval_dataset=None, data_coll
 
     import transformers
 
-    from . import Batch, ContractError, register
-    from ._frameworks import FrameworkScenario, batches_per_epoch, epochs_of, from_config
+    from . import ContractError
+    from ._frameworks import FrameworkScenario, batches_per_epoch, epochs_of, from_config, register_as
     from .watch import split_batch
 
     where = f"spikehunt.hf.scenario({name!r})"
@@ -213,16 +213,9 @@ def scenario(name, model, train_dataset, args=None, eval_dataset=None, data_coll
         def model(self):
             return self.net
 
-        def optimizers(self):
-            return self.opt
-
         def next_batch(self):
             item = next(self._batches, None)
-            if item is None:
-                return None
-            epoch, index, raw = item
-            inputs, targets = self._keep(raw, index, self._raw)
-            return Batch(inputs, targets, 0, epoch, index)
+            return None if item is None else self._batch_of(item)
 
         def step_loss(self, raw, index):
             return self.trainer.compute_loss(self.net, self.trainer._prepare_inputs(raw))
@@ -236,17 +229,4 @@ def scenario(name, model, train_dataset, args=None, eval_dataset=None, data_coll
             self.opt.step()
             self.schedule.step()
 
-        def grad_clip(self):
-            return self._clip
-
-        def planned_steps(self):
-            return self._planned
-
-        def num_classes(self):
-            return num_classes
-
-    HfScenario.taps = taps
-    HfScenario.__name__ = HfScenario.__qualname__ = f"{getattr(model, '__name__', 'Model')}Scenario"
-    HfScenario.__module__ = getattr(model, "__module__", __name__)
-    register(name, HfScenario, params)
-    return HfScenario
+    return register_as(name, HfScenario, model, taps, num_classes, params)

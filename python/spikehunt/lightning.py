@@ -25,8 +25,8 @@ the first non-finite tensor, naming it and its stage.
 """
 import torch
 
-from . import Batch, ContractError
-from ._frameworks import FrameworkScenario, batches_per_epoch, epochs_of, from_config
+from . import ContractError
+from ._frameworks import FrameworkScenario, batches_per_epoch, epochs_of, from_config, register_as
 from .watch import NonFiniteError, Watch, split_batch  # noqa: F401
 
 # Lightning comes as two packages with the same code under two names: lightning.pytorch
@@ -244,8 +244,6 @@ def scenario(name, module, datamodule=None, trainer=None, params=(), taps="leave
     module's), training_step(batch, batch_idx) as forward and loss, val_dataloader() as
     the held-out batches. self.log() records nothing; self.trainer is a stand-in that
     answers the protocol's length and position."""
-    from . import register
-
     where = f"spikehunt.lightning.scenario({name!r})"
     options = dict(trainer or {})
     unknown = sorted(set(options) - set(_TRAINER_ARGS))
@@ -327,9 +325,6 @@ def scenario(name, module, datamodule=None, trainer=None, params=(), taps="leave
         def model(self):
             return self.module
 
-        def optimizers(self):
-            return self.opt
-
         def next_batch(self):
             item = next(self._batches, None)
             if item is None:
@@ -340,8 +335,7 @@ def scenario(name, module, datamodule=None, trainer=None, params=(), taps="leave
                 for s, interval, frequency in self.schedulers:
                     if interval == "epoch" and self._epoch % frequency == 0:
                         s.step()
-            inputs, targets = self._keep(raw, index, self._raw)
-            return Batch(inputs, targets, 0, epoch, index)
+            return self._batch_of(item)
 
         def step_loss(self, raw, index):
             if self.config.device == "cuda":
@@ -363,20 +357,7 @@ def scenario(name, module, datamodule=None, trainer=None, params=(), taps="leave
                 if interval == "step" and self.stand_in.global_step % frequency == 0:
                     s.step()
 
-        def grad_clip(self):
-            return self._clip
-
-        def planned_steps(self):
-            return self._planned
-
-        def num_classes(self):
-            return num_classes
-
-    LightningScenario.taps = taps
-    LightningScenario.__name__ = LightningScenario.__qualname__ = f"{getattr(module, '__name__', 'Module')}Scenario"
-    LightningScenario.__module__ = getattr(module, "__module__", __name__)
-    register(name, LightningScenario, params)
-    return LightningScenario
+    return register_as(name, LightningScenario, module, taps, num_classes, params)
 
 
 def _limit(value, per_epoch):

@@ -40,3 +40,22 @@ def read_jsonl(path):
 def read_json(path):
     with open(path) as f:
         return json.load(f)
+
+
+def traces_equal(a, b):
+    """Two trace.jsonl files' records, step by step, equal but for the wall time (step_ms):
+    hashes, loss, taps, every layer's gradient, parameter and optimizer-state statistics."""
+    ta, tb = read_jsonl(a), read_jsonl(b)
+    for x, y in zip(ta, tb):
+        x.pop("step_ms"), y.pop("step_ms")
+    assert len(ta) == len(tb), (len(ta), len(tb))
+    for x, y in zip(ta, tb):
+        assert x == y
+    return len(ta)
+
+
+def tiny_run_trace(out):
+    """`tiny.py run` of tests/python/tiny.json into `out`: its trace.jsonl's path."""
+    rc, stdout, err = spikehunt("run", "--config", CONFIG, "--out", str(out))
+    assert rc == 0, stdout + err
+    return os.path.join(run_folder(out), "trace.jsonl")
