@@ -62,6 +62,8 @@ class Monitor(TrainerCallback):
         if model is None or optimizer is None:
             raise ValueError("spikehunt.hf.Monitor: the Trainer gave the callback no model or optimizer "
                              "at on_train_begin")
+        self.on_train_end(args, state, control)  # a callback used for a second train(): the first watch ends
+        self.path, self._micro, self._pending = None, [], None
         optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper holds the torch optimizer
         self._accumulate = int(args.gradient_accumulation_steps)
         self._control = control

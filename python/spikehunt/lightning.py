@@ -72,6 +72,8 @@ class Monitor(*_callbacks):
         if len(trainer.optimizers) == 0:
             raise ValueError("spikehunt.lightning.Monitor: the LightningModule's configure_optimizers() gave no "
                              "optimizer: there is no step to watch")
+        self._close()  # a callback used for a second fit: the first one's watch ends, the second gets its own
+        self.path, self._micro, self._pending, self._stepped = None, [], None, False
         planned = trainer.estimated_stepping_batches
         self._accumulate = int(trainer.accumulate_grad_batches)
         self.watch = Watch(pl_module, list(trainer.optimizers),

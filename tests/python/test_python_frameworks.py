@@ -73,6 +73,20 @@ def test_a_lightning_fit_under_the_callback_writes_the_trace_the_scenario_writes
     assert traces_equal(os.path.join(callback.path, "trace.jsonl"), tiny_run_trace(tmp_path / "run")) == 12
 
 
+def test_one_callback_in_two_fits_writes_a_folder_for_each(tmp_path):
+    callback = spikehunt.lightning.Monitor(out=str(tmp_path), num_classes=4)
+    paths = []
+    for steps in (3, 5):
+        module = LitBlobs(0.1, 0.0)
+        batches = [tiny.blobs(8, torch.Generator().manual_seed(i)) for i in range(steps)]
+        pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                   enable_progress_bar=False, enable_model_summary=False, callbacks=[callback]).fit(
+            module, torch.utils.data.DataLoader(batches, batch_size=None))
+        paths.append(callback.path)
+    assert paths[0] != paths[1]
+    assert [len(read_jsonl(os.path.join(p, "trace.jsonl"))) for p in paths] == [3, 5]
+
+
 def test_a_lightning_fit_that_blows_up_stops_at_its_first_non_finite_step_naming_the_tensor(tmp_path):
     callback, trainer = lightning_fit(tmp_path, lr=4, steps=80, rules={"param_jump_limit": 1000})
     v = read_json(os.path.join(callback.path, "verdict.json"))
