@@ -134,7 +134,12 @@ TEST(SweepEndToEnd, FindsShrinksAndReplaysAFailure) {
 
 TEST(SweepEndToEnd, AKilledSweepResumesWithoutLosingOrRepeatingARun) {
   TempDir dir;
-  const std::string space = write_space(dir);
+  // Bursts of the default CNN (about 0.3 s each), every sample a point of its
+  // own (a continuous lr): ten of the tiny MLP's took under half a second, and
+  // the poll below could see all ten before the kill.
+  const std::string space = write_space(dir, R"({
+    "base": {"dataset": {"synthetic_train_per_class": 40}, "batch_size": 32, "threads": 1},
+    "dimensions": {"optimizer.lr": {"log_range": [0.001, 0.02]}, "max_batches_per_epoch": {"range": [6, 10]}}})");
   const std::string out = dir.file("sweep");
   std::vector<std::string> args = {SPIKEHUNT_BINARY, "sweep", "--space", space, "--runs", "10", "-j", "1",
                                    "--out", out, "--no-progress", "--max-shrinks", "0"};
