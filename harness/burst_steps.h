@@ -40,6 +40,8 @@ class BurstSteps {
   // over() says whether the burst stops here (non-finite, or extreme with
   // health.stop_at "extreme").
   const StepRecord& finish(double step_ms);
+  // Drops the begun step: no record, the step number and hash chain as before it.
+  void abandon() { monitor_.abandon_step(); }
   BurstResult& result() { return result_; }
   const BurstResult& result() const { return result_; }
 

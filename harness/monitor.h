@@ -17,6 +17,7 @@
 //   StepRecord r = monitor.finish_step();
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -79,6 +80,9 @@ class Monitor : public TapSink {
   void note_loss_scale(double scale, bool skipped) { record_.loss_scale = scale, record_.skipped = skipped; }
   void after_backward();     // gradients, and the parameters before the step
   StepRecord finish_step();  // after the optimizer step; the one host copy
+  // Drops the begun step as if begin_step had not been called (a framework
+  // skipped the batch: Lightning's training_step returned None).
+  void abandon_step();
 
   // Fail fast: each statistic is read the moment it is taken (a host sync per
   // statistic on a GPU) and the first non-finite one throws FailFast from the
@@ -86,6 +90,22 @@ class Monitor : public TapSink {
   // cut-short step with its fault as usual.
   void set_fail_fast(bool on) { fail_fast_ = on; }
   struct FailFast {};
+
+  // Data-parallel: one burst over `world` processes, each training its shard
+  // of the global batch, gradients averaged across them before
+  // after_backward() (DistributedDataParallel does it in backward). `gather`
+  // is an all_gather: every rank's vector (of one length) in rank order. Once
+  // a step, finish_step() gathers what the step measured, so every rank's
+  // record is the global batch's: maxima over the ranks, the loss their mean,
+  // the hashes over every rank's batch (in rank order), the label counts
+  // summed, and the first non-finite tensor in stage order named with its rank
+  // (the lowest rank that has it). Fail fast then ends a step at its end: a
+  // rank that stopped mid-step would leave the others waiting in backward.
+  // Throws std::runtime_error when the ranks measured different things.
+  using Gather = std::function<std::vector<double>(const std::vector<double>&)>;
+  void set_ranks(int64_t rank, int64_t world, Gather gather);
+  int64_t rank() const { return rank_; }
+  int64_t world() const { return world_; }
 
   const Hash128& hash_chain() const { return chain_; }
   // The chain and health windows between steps; restore() continues a burst
@@ -136,6 +156,7 @@ class Monitor : public TapSink {
   std::vector<std::string> phase_names_;
   HealthJudge judge_;
   Hash128 chain_;
+  Hash128 chain_before_;  // the chain entering the begun step (abandon_step)
   // this step
   StepRecord record_;
   std::vector<double> values_;                         // every statistic of the step, by slot
@@ -153,6 +174,13 @@ class Monitor : public TapSink {
     double norm = 0, max = 0;
   };
   std::vector<AfterCache> after_cache_;
+  // data-parallel (set_ranks)
+  int64_t rank_ = 0, world_ = 1;
+  Gather gather_;
+  Hash128 local_inputs_, local_labels_;  // this rank's batch, until the gather
+  // Gathers the step's values from every rank and folds them into values_ and
+  // record_ (hashes, chain, label counts); returns the first fault over the ranks.
+  std::optional<Fault> gather_ranks();
 };
 
 }  // namespace spikehunt

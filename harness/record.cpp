@@ -55,7 +55,7 @@ std::string Fault::describe() const {
   add(nan, "NaN");
   add(pos_inf, "+Inf");
   add(neg_inf, "-Inf");
-  return s + counts + " of " + std::to_string(numel);
+  return s + counts + " of " + std::to_string(numel) + (rank >= 0 ? " on rank " + std::to_string(rank) : "");
 }
 
 std::optional<int64_t> Verdict::lead_time() const {
@@ -64,8 +64,10 @@ std::optional<int64_t> Verdict::lead_time() const {
 }
 
 json to_json(const Fault& f) {
-  return {{"tensor", f.tensor}, {"stage", to_string(f.stage)}, {"nan", f.nan},
-          {"pos_inf", f.pos_inf}, {"neg_inf", f.neg_inf},       {"numel", f.numel}};
+  json j = {{"tensor", f.tensor}, {"stage", to_string(f.stage)}, {"nan", f.nan},
+            {"pos_inf", f.pos_inf}, {"neg_inf", f.neg_inf},       {"numel", f.numel}};
+  if (f.rank >= 0) j["rank"] = f.rank;
+  return j;
 }
 
 namespace {
@@ -243,6 +245,14 @@ constexpr std::array<Stage, 4> kStages = {Stage::kForward, Stage::kLoss, Stage::
 constexpr std::array<Outcome, 5> kOutcomes = {Outcome::kHealthy, Outcome::kExtreme, Outcome::kNonFinite,
                                               Outcome::kCrashed, Outcome::kTimeout};
 
+Fault fault_from_json(const json& f, const std::string& field, const std::string& file) {
+  auto integer = [&](const char* k) { return json_integer(f.at(k), field + "." + k, file); };
+  Fault fault{f.at("tensor").get<std::string>(), enum_from(f.at("stage"), kStages, field + ".stage", file),
+              integer("nan"), integer("pos_inf"), integer("neg_inf"), integer("numel")};
+  if (f.contains("rank")) fault.rank = integer("rank");
+  return fault;
+}
+
 std::vector<RuleHit> hits_from(const json& a) {
   std::vector<RuleHit> out;
   for (const json& h : a) {
@@ -298,10 +308,7 @@ StepRecord step_record_from_json(const json& j, const std::string& file) {
     r.hits = hits_from(j.value("hits", json::array()));
     r.movers = movers_from(j.value("movers", json::array()));
     if (j.contains("fault")) {
-      const json& f = j.at("fault");
-      r.fault = Fault{f.at("tensor").get<std::string>(), enum_from(f.at("stage"), kStages, "fault.stage", file),
-                      f.at("nan").get<int64_t>(), f.at("pos_inf").get<int64_t>(), f.at("neg_inf").get<int64_t>(),
-                      f.at("numel").get<int64_t>()};
+      r.fault = fault_from_json(j.at("fault"), "fault", file);
     }
     r.step_ms = j.value("step_ms", 0.0);
     return r;
@@ -336,9 +343,7 @@ Verdict verdict_from_json(const json& j, const std::string& file) {
     v.failure_step = opt("failure_step");
     v.onset_rules = j.at("onset_rules").get<std::vector<std::string>>();
     if (!j.at("fault").is_null()) {
-      const json& f = j.at("fault");
-      v.fault = Fault{f.at("tensor").get<std::string>(), enum_from(f.at("stage"), kStages, "verdict.fault.stage", file),
-                      integer(f, "nan"), integer(f, "pos_inf"), integer(f, "neg_inf"), integer(f, "numel")};
+      v.fault = fault_from_json(j.at("fault"), "verdict.fault", file);
     }
     v.steps_run = integer(j, "steps_run");
     v.planned_steps = integer(j, "planned_steps");

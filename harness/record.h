@@ -33,7 +33,9 @@ struct Fault {
   int64_t pos_inf = 0;  // +Inf elements
   int64_t neg_inf = 0;  // -Inf elements
   int64_t numel = 0;    // elements in the tensor
-  std::string describe() const;  // "fc2_logits (forward): 128 NaN, 128 +Inf, 384 -Inf of 640"
+  int64_t rank = -1;    // the process whose tensor it is, in a burst over several (-1: one process)
+  // "fc2_logits (forward): 128 NaN, 128 +Inf, 384 -Inf of 640", then " on rank 1" for a rank's
+  std::string describe() const;
 };
 
 struct LayerStats {

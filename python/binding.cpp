@@ -684,19 +684,37 @@ class LoopScenario : public Scenario {
 
 class Watch {
  public:
+  // Data-parallel (world > 1): `gather` all-gathers a float64 tensor across
+  // the ranks (spikehunt.Watch makes it with torch.distributed); every rank
+  // records the global step, rank 0 alone writes the folder.
   Watch(const py::object& module, const py::list& optimizers, const std::string& out,
-        const std::vector<std::string>& overrides, bool fail_fast, bool checkpoints, int64_t planned, int64_t classes)
+        const std::vector<std::string>& overrides, bool fail_fast, bool checkpoints, int64_t planned, int64_t classes,
+        int64_t rank, int64_t world, const py::object& gather)
       : config_(default_config(overrides)),
-        scenario_(std::make_unique<LoopScenario>(module, optimizers, planned, classes)),
-        dir_(std::make_unique<RunDirectory>(out, config_)),
-        writer_(std::make_unique<TraceWriter>(dir_->file("trace.jsonl"))) {
+        scenario_(std::make_unique<LoopScenario>(module, optimizers, planned, classes)) {
     config_.name = "watch";
+    if (rank == 0) {
+      dir_ = std::make_unique<RunDirectory>(out, config_);
+      writer_ = std::make_unique<TraceWriter>(dir_->file("trace.jsonl"));
+    }
     BurstOptions options;
-    options.keep_states = checkpoints;
+    options.keep_states = checkpoints && rank == 0;  // the parameters and state are every rank's
     options.fail_fast = fail_fast;
-    options.on_step = [this](const StepRecord& r) { writer_->write(r); };
+    options.on_step = [this](const StepRecord& r) {
+      if (writer_) writer_->write(r);
+    };
     steps_.emplace(*scenario_, config_.health, options);
     steps_->result().verdict.planned_steps = planned;
+    if (world > 1) {
+      steps_->monitor().set_ranks(rank, world, [gather](const std::vector<double>& mine) {
+        py::gil_scoped_acquire gil;
+        const torch::Tensor all = gather(torch::tensor(at::ArrayRef<double>(mine), torch::kFloat64))
+                                      .cast<torch::Tensor>()
+                                      .to(torch::kCPU, torch::kFloat64)
+                                      .contiguous();
+        return std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
+      });
+    }
   }
 
   // The step's stages, in the order the loop reaches them: begin() with the
@@ -741,16 +759,26 @@ class Watch {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
     return json_of(steps_->finish(ms));
   }
+  // The begun step did not happen (the framework skipped its batch).
+  void abandon() {
+    if (!started_) return;
+    started_ = false;
+    steps_->abandon();
+  }
   bool over() const { return steps_->over(); }
   int64_t next_step() const { return steps_->next_step(); }
 
   // Ends the burst and writes the folder: trace.jsonl, verdict.json and the checkpoints.
+  // On ranks other than 0: records, writes nothing, returns "".
   std::string close() {
-    if (!path_.empty()) return path_;
+    if (!path_.empty() || closed_) return path_;
     if (started_) finish();  // a step begun and never finished (the loop raised): recorded as it stands
     BurstResult& result = steps_->result();
     result.verdict.wall_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - opened_).count();
+    closed_ = true;
+    text_ = verdict_text(result.verdict, result.trace);
+    if (!dir_) return path_;
     writer_->close();
     nlohmann::json verdict = to_json(result.verdict);
     verdict["config_name"] = "watch";
@@ -761,11 +789,10 @@ class Watch {
     save(result.last_healthy, "last_healthy.safetensors", "entering the onset step");
     save(result.first_bad, "first_bad.safetensors", "after the failure step");
     path_ = dir_->commit();
-    text_ = verdict_text(result.verdict, result.trace);
     return path_;
   }
   const std::string& text() const { return text_; }
-  std::string verdict_json() const { return path_.empty() ? "{}" : to_json(steps_->result().verdict).dump(); }
+  std::string verdict_json() const { return closed_ ? to_json(steps_->result().verdict).dump() : "{}"; }
 
  private:
   template <class F>
@@ -790,7 +817,7 @@ class Watch {
   std::unique_ptr<TraceWriter> writer_;
   std::optional<BurstSteps> steps_;
   std::chrono::steady_clock::time_point opened_ = std::chrono::steady_clock::now(), t0_;
-  bool started_ = false;
+  bool started_ = false, closed_ = false;
   std::string path_, text_;
 };
 
@@ -852,13 +879,14 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<Watch>(m, "Watch")
       .def(py::init<const py::object&, const py::list&, const std::string&, const std::vector<std::string>&, bool, bool,
-                    int64_t, int64_t>())
+                    int64_t, int64_t, int64_t, int64_t, const py::object&>())
       .def("begin", &Watch::begin)
       .def("tap", &Watch::tap)
       .def("tap_max", &Watch::tap_max)
       .def("forward", &Watch::forward)
       .def("after_backward", &Watch::after_backward)
       .def("finish", &Watch::finish)
+      .def("abandon", &Watch::abandon)
       .def_property_readonly("over", &Watch::over)
       .def_property_readonly("next_step", &Watch::next_step)
       .def("close", &Watch::close)

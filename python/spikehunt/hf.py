@@ -127,11 +127,12 @@ class Monitor(TrainerCallback):
         return record is not None
 
     def on_train_end(self, args, state, control, **kwargs):
-        if self.watch is not None and self.path is None:
+        if self.watch is not None and not self.watch._closed:
             for h in self._hooks:
                 h.remove()
             self.path = self.watch.close()
-            print(f"spikehunt: {self.watch._core.text().strip()}\nspikehunt: results in {self.path}", flush=True)
+            if self.watch.rank == 0:  # under data-parallel training, every rank recorded the global steps
+                print(f"spikehunt: {self.watch._core.text().strip()}\nspikehunt: results in {self.path}", flush=True)
 
 
 # ---- a transformers model and dataset as a scenario: every verb on the Trainer's own step ----

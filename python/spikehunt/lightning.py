@@ -67,13 +67,14 @@ class Monitor(*_callbacks):
         self._pending = None  # with accumulation: the micro-batch under way, and those done
         self._micro = []
         self._stepped = False
+        self._backward = False  # this step's backward ran (a training_step that returns None: none)
 
     def on_train_start(self, trainer, pl_module):
         if len(trainer.optimizers) == 0:
             raise ValueError("spikehunt.lightning.Monitor: the LightningModule's configure_optimizers() gave no "
                              "optimizer: there is no step to watch")
         self._close()  # a callback used for a second fit: the first one's watch ends, the second gets its own
-        self.path, self._micro, self._pending, self._stepped = None, [], None, False
+        self.path, self._micro, self._pending, self._stepped, self._backward = None, [], None, False, False
         planned = trainer.estimated_stepping_batches
         self._accumulate = int(trainer.accumulate_grad_batches)
         self.watch = Watch(pl_module, list(trainer.optimizers),
@@ -93,6 +94,7 @@ class Monitor(*_callbacks):
     def on_before_backward(self, trainer, pl_module, loss):
         if self.watch is None:
             return
+        self._backward = True
         outputs = self.watch._outputs if self.watch._outputs is not None else loss.detach()
         self.watch._outputs = None
         if self.watch._live:
@@ -110,12 +112,20 @@ class Monitor(*_callbacks):
             micro, self._micro = self._micro, []
             if self._ended(trainer, self.watch._replay(micro)):
                 return
-        if self.watch._live:
+        if self.watch._live and not self._backward:
+            # training_step returned None: Lightning steps the optimizer with no gradients
+            # (no backward ran), which changes nothing: the batch is no step of the trace
+            self.watch._abandon()
+        elif self.watch._live:
             self._ended(trainer, self.watch._after_backward())
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self.watch is None or not self._stepped:
+        if self.watch is None:
             return
+        if not self._stepped:
+            self._pending = None  # a micro-batch skipped (training_step returned None) is dropped
+            return
+        self._backward = False
         self._stepped = False
         if self.watch._live:
             self._ended(trainer, self.watch._finish())
@@ -133,9 +143,10 @@ class Monitor(*_callbacks):
         self._close()
 
     def _close(self):
-        if self.watch is not None and self.path is None:
+        if self.watch is not None and not self.watch._closed:
             self.path = self.watch.close()
-            print(f"spikehunt: {self.watch._core.text().strip()}\nspikehunt: results in {self.path}", flush=True)
+            if self.watch.rank == 0:  # under data-parallel training, every rank recorded the global steps
+                print(f"spikehunt: {self.watch._core.text().strip()}\nspikehunt: results in {self.path}", flush=True)
 
 
 # ---- a LightningModule as a scenario: every verb on the user's unchanged module and data ----

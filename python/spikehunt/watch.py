@@ -31,10 +31,14 @@ class Watch:
     dict of them) while your loop runs. taps: submodule names whose outputs the monitor
     reads, or "leaves". rules: health rule overrides ({"loss_limit": 1e4}; the fields of
     a config's "health", docs/health.md). planned_steps: for the trace's planned length;
-    num_classes: for the label histograms of the trace."""
+    num_classes: for the label histograms of the trace. process_group: under data-parallel
+    training (torch.distributed initialized, DistributedDataParallel averaging the gradients),
+    the ranks whose steps make one global step: "auto" (the default group when one is
+    initialized with more than one rank), a group, or None (this process alone). Every rank
+    then records the global step (one all_gather a step); rank 0 writes the folder."""
 
     def __init__(self, model, optimizer, out="results/watch", taps="leaves", fail_fast=False, rules=None,
-                 checkpoints=True, planned_steps=0, num_classes=10):
+                 checkpoints=True, planned_steps=0, num_classes=10, process_group="auto"):
         from . import _install_hooks
         if isinstance(optimizer, dict):
             optimizers = list(optimizer.values())
@@ -52,11 +56,13 @@ class Watch:
         overrides = [f"health.{k}={json.dumps(v)}" for k, v in (rules or {}).items()]
         self._hooks = _install_hooks(model, taps, self._collect, f"Watch({type(model).__name__})")
         self._hooks.append(model.register_forward_hook(self._root))
+        self.rank, self.world, gather = _ranks(process_group)
         self._core = _core.Watch(model, optimizers, str(out), overrides, fail_fast, checkpoints, int(planned_steps),
-                                 int(num_classes))
+                                 int(num_classes), self.rank, self.world, gather)
         from . import _watches
         _watches.append(self)
         self.path = None
+        self._closed = False
         self.ended = None  # the last step's record once the burst ended (non-finite, or fail-fast)
 
     def _collect(self, name, tensor):
@@ -69,7 +75,7 @@ class Watch:
         # max is taken now, while the tensor is still in cache, and handed over with it.
         peak = _core.max_abs(tensor) if tensor.device.type == "cpu" else None
         self._taps.append((name, tensor, peak))
-        if self.fail_fast and not (math.isfinite(peak) if peak is not None else bool(torch.isfinite(tensor).all())):
+        if self.fail_fast and self.world == 1 and not (math.isfinite(peak) if peak is not None else bool(torch.isfinite(tensor).all())):
             raise NonFiniteError(f"step {self._step}: {name} (forward): {int(torch.isnan(tensor).sum())} NaN, "
                                  f"{int(torch.isposinf(tensor).sum())} +Inf, {int(torch.isneginf(tensor).sum())} -Inf "
                                  f"of {tensor.numel()}")
@@ -124,6 +130,12 @@ class Watch:
             record = record or self._forward(outputs, loss)
         return record
 
+    def _abandon(self):
+        """The begun step did not happen (the framework skipped its batch): no record, no step."""
+        self._core.abandon()
+        self._live = False
+        self._taps, self._outputs = [], None
+
     def _after_backward(self):
         return self._ended_at(self._core.after_backward())
 
@@ -146,14 +158,15 @@ class Watch:
         return record
 
     def close(self):
-        """Ends the burst and writes its folder; returns its path."""
-        if self.path is None:
+        """Ends the burst and writes its folder; returns its path (None on ranks other than 0)."""
+        if not self._closed:
             for h in self._hooks:
                 h.remove()
             from . import _watches
             if self in _watches:
                 _watches.remove(self)
-            self.path = self._core.close()
+            self.path = self._core.close() or None
+            self._closed = True
         return self.path
 
     def verdict(self):
@@ -166,6 +179,33 @@ class Watch:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _ranks(process_group):
+    """(rank, world size, gather) of the data-parallel group the watch spans; (0, 1, None) alone."""
+    if process_group is None or process_group is False:
+        return 0, 1, None
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        if process_group == "auto":
+            return 0, 1, None
+        raise ValueError("Watch(process_group=...): torch.distributed is not initialized: call "
+                         "torch.distributed.init_process_group first, or pass process_group=None")
+    group = None if process_group == "auto" else process_group
+    world = dist.get_world_size(group)
+    if world == 1:
+        return 0, 1, None
+    # NCCL gathers device tensors; gloo (and the rest) host ones.
+    device = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl"
+              else torch.device("cpu"))
+
+    def gather(mine):
+        mine = mine.to(device)
+        parts = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(parts, mine, group=group)
+        return torch.cat(parts)
+
+    return dist.get_rank(group), world, gather
 
 
 _INPUT_KEYS = ("input_ids", "inputs", "x", "images", "pixel_values", "input")

@@ -87,6 +87,32 @@ def test_one_callback_in_two_fits_writes_a_folder_for_each(tmp_path):
     assert [len(read_jsonl(os.path.join(p, "trace.jsonl"))) for p in paths] == [3, 5]
 
 
+class SkipsOne(LitBlobs):
+    """Returns None (Lightning's "skip this batch") from training_step at batch 2."""
+
+    def training_step(self, batch, batch_idx):
+        return None if batch_idx == 2 else super().training_step(batch, batch_idx)
+
+
+def test_a_batch_whose_training_step_returns_none_is_no_step_of_the_trace(tmp_path):
+    def fit(module, batches, out):
+        torch.manual_seed(0)
+        callback = spikehunt.lightning.Monitor(out=str(out), num_classes=4)
+        pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                   enable_progress_bar=False, enable_model_summary=False, callbacks=[callback]).fit(
+            module, torch.utils.data.DataLoader(batches, batch_size=None))
+        return os.path.join(callback.path, "trace.jsonl")
+
+    batches = [tiny.blobs(8, torch.Generator().manual_seed(i)) for i in range(5)]
+    torch.manual_seed(0)
+    skipping = SkipsOne(0.1, 0.0)
+    torch.manual_seed(0)
+    plain = LitBlobs(0.1, 0.0)
+    # batch 2 skipped: the trace of the same fit without batch 2, hashes and all
+    assert traces_equal(fit(skipping, batches, tmp_path / "skip"),
+                        fit(plain, batches[:2] + batches[3:], tmp_path / "without")) == 4
+
+
 def test_a_lightning_fit_that_blows_up_stops_at_its_first_non_finite_step_naming_the_tensor(tmp_path):
     callback, trainer = lightning_fit(tmp_path, lr=4, steps=80, rules={"param_jump_limit": 1000})
     v = read_json(os.path.join(callback.path, "verdict.json"))
