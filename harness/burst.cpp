@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "harness/health.h"
 #include "harness/monitor.h"
+#include "harness/ranks.h"
 #include "harness/warnings.h"
 #include "scenarios/catalog.h"
 #include "scenarios/lr_schedule.h"
@@ -27,6 +28,23 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// This rank's shard of each micro-batch: rows [n·rank/world, n·(rank+1)/world).
+std::vector<Batch> shard(std::vector<Batch> batches, const Ranks& ranks) {
+  for (Batch& b : batches) {
+    const int64_t n = b.inputs.size(0);
+    const int64_t from = n * ranks.rank() / ranks.world(), to = n * (ranks.rank() + 1) / ranks.world();
+    if (to <= from) {
+      const std::string m = "a batch of " + std::to_string(n) + " rows cannot be split over " +
+                            std::to_string(ranks.world()) + " ranks (world_size)";
+      throw TrainingError("data", m, "", m);
+    }
+    for (torch::Tensor* t : {&b.inputs, &b.targets, &b.host_inputs, &b.host_targets}) {
+      if (t->defined() && t->dim() > 0 && t->size(0) == n) *t = t->narrow(0, from, to - from);
+    }
+  }
+  return batches;
 }
 
 }  // namespace
@@ -113,6 +131,17 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
       trainer.emplace(scenario);
       plain.verdict.planned_steps = trainer->planned_steps();
       if (options.monitor) steps.emplace(scenario, rules, options);
+      if (Ranks* ranks = options.ranks) {
+        trainer->set_after_backward([ranks, &scenario] {
+          std::vector<torch::Tensor> grads;
+          for (const torch::Tensor& p : scenario.model().parameters()) grads.push_back(p.grad());
+          ranks->average(grads);
+        });
+        if (steps) {
+          steps->monitor().set_ranks(ranks->rank(), ranks->world(),
+                                     [ranks](const std::vector<double>& mine) { return ranks->gather(mine); });
+        }
+      }
     });
   } catch (const TrainingError& e) {
     set_crashed(plain.verdict, e);
@@ -124,8 +153,9 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
   int64_t step = options.start_step;
   try {
     while (options.max_steps < 0 || v.steps_run < options.max_steps) {
-      const std::vector<Batch> batches = trainer->next_batches();
+      std::vector<Batch> batches = trainer->next_batches();
       if (batches.empty()) break;
+      if (options.ranks) batches = shard(std::move(batches), *options.ranks);
       const auto t0 = Clock::now();
       if (!steps) {
         trainer->step(step++, batches, nullptr);

@@ -23,6 +23,8 @@
 
 namespace spikehunt {
 
+class Ranks;
+
 class Monitor;
 
 struct BurstOptions {
@@ -41,6 +43,11 @@ struct BurstOptions {
   // optimizer step). Free on the CPU; on a GPU it costs a host sync per
   // statistic instead of one per step (see Monitor::set_fail_fast).
   bool fail_fast = false;
+  // Data-parallel (ranks.h): this process is ranks->rank() of ranks->world();
+  // each batch is cut into world contiguous shards of its rows and this rank
+  // trains its own, the gradients are averaged over the ranks after backward,
+  // and the monitor records the global step (Monitor::set_ranks).
+  Ranks* ranks = nullptr;
 };
 
 // A burst's state at one step (see state.h), kept on the training device.

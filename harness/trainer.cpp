@@ -145,6 +145,7 @@ torch::Tensor Trainer::step(int64_t step, const std::vector<Batch>& batches, Mon
       else (loss / double(batches.size())).backward();
       total = total.defined() ? total + loss.detach() : loss.detach();
     }
+    if (after_backward_) after_backward_();
     bool skipped = false;
     if (scaler_) {
       stage = "optimizer_step";

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -97,6 +98,10 @@ class Trainer {
   // overflows on the CPU with it).
   void enable_loss_scaling(LossScaleOptions options = {}) { scaler_.emplace(options); }
   const std::optional<LossScaler>& loss_scaler() const { return scaler_; }
+  // Called after the step's backward passes, before loss scaling, the
+  // monitor's after_backward and clipping (a data-parallel burst averages
+  // the gradients over its ranks there, as DistributedDataParallel does).
+  void set_after_backward(std::function<void()> f) { after_backward_ = std::move(f); }
 
  private:
   Scenario& s_;
@@ -105,6 +110,7 @@ class Trainer {
   std::optional<LossScaler> scaler_;
   std::vector<std::vector<double>> base_lr_;  // per optimizer, per group
   ErrorContext context_;
+  std::function<void()> after_backward_;
 };
 
 // Deprecated since 0.2.0, removed in 0.3.0: one optimizer step of `batch`
