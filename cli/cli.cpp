@@ -199,6 +199,7 @@ void add_verbs(Cli& cli) {
   add_doctor_verb(cli);
   add_burst_verb(cli);
   add_worker_verb(cli);
+  add_rank_verb(cli);
   add_sweep_verb(cli);
   add_merge_verb(cli);
   add_compare_verb(cli);

@@ -13,6 +13,7 @@ void add_replay_verb(Cli& cli);          // replay.cpp
 void add_doctor_verb(Cli& cli);          // doctor.cpp
 void add_burst_verb(Cli& cli);           // burst.cpp (hidden)
 void add_worker_verb(Cli& cli);          // worker.cpp (hidden)
+void add_rank_verb(Cli& cli);            // rank.cpp (hidden)
 void add_sweep_verb(Cli& cli);           // sweep.cpp
 void add_merge_verb(Cli& cli);           // merge.cpp
 void add_compare_verb(Cli& cli);         // compare.cpp

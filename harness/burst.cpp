@@ -116,6 +116,9 @@ const StepRecord& BurstSteps::finish(double step_ms) {
 }
 
 BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstOptions& options) {
+  if (options.ranks == nullptr && scenario.config().world_size > 1) {
+    return run_burst_ranked(scenario, rules, options);  // this process is rank 0 of several (ranks.h)
+  }
   WarningCounter warnings;  // LibTorch's warnings counted, not printed each step, and kept in the verdict
   const auto start = Clock::now();
   std::optional<Trainer> trainer;
@@ -169,7 +172,9 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
         // cut short at its first non-finite statistic; recorded below as it stands
       }
       steps->finish(ms_since(t0));
-      if (steps->over()) break;
+      // Every rank's record is the global step's; rank 0's monitor decides, so a
+      // rank that resumed with fresh health windows stops where rank 0 does.
+      if (options.ranks ? options.ranks->from_rank0(steps->over() ? 1 : 0) != 0 : steps->over()) break;
     }
   } catch (const TrainingError& e) {
     set_crashed(v, e);

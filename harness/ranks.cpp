@@ -1,5 +1,11 @@
 #include "harness/ranks.h"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -9,6 +15,16 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
+
+#include "base/child.h"
+#include "base/files.h"
+#include "base/program.h"
+#include "harness/burst.h"
+#include "harness/checkpoint.h"
+#include "harness/state.h"
+#include "harness/trainer.h"
+#include "harness/training_error.h"
+#include "scenarios/catalog.h"
 
 namespace spikehunt {
 
@@ -97,6 +113,8 @@ std::vector<double> Ranks::gather(const std::vector<double>& mine) {
   return all;
 }
 
+double Ranks::from_rank0(double mine) { return gather({mine}).front(); }
+
 void Ranks::average(const std::vector<at::Tensor>& tensors) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> parts;
@@ -129,6 +147,93 @@ void Ranks::average(const std::vector<at::Tensor>& tensors) {
     t.copy_(sum.narrow(0, at, n).view(t.sizes()));
     at += n;
   }
+}
+
+// ---- a data-parallel burst over processes ----
+
+namespace fs = std::filesystem;
+
+BurstResult run_burst_ranked(Scenario& scenario, const HealthRules& rules, const BurstOptions& options) {
+  const TrainingConfig& config = scenario.config();
+  const int64_t world = config.world_size;
+  Ranks ranks(0, world, 0);
+  const fs::path dir = fs::temp_directory_path() / ("spikehunt-ranks-" + std::to_string(::getpid()) + "-" +
+                                                    std::to_string(ranks.port()));
+  fs::create_directories(dir);
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  std::string state_file;
+  if (options.start_step > 0) {  // a resumed burst: the other ranks start from rank 0's state
+    state_file = (dir / "state.safetensors").string();
+    write_checkpoint(state_file, capture_state(scenario), {{"step", std::to_string(options.start_step)}});
+  }
+  std::vector<ChildSpec> specs;
+  for (int64_t r = 1; r < world; ++r) {
+    ChildSpec spec;
+    spec.argv = {self_executable()};  // run_children starts it as this program's command (program.h)
+    for (const std::string& a : {std::string("rank"), std::string("--config-json"), config_to_json(config).dump(),
+                                 std::string("--rank"), std::to_string(r), std::string("--world"),
+                                 std::to_string(world), std::string("--port"), std::to_string(ranks.port()),
+                                 std::string("--start-step"), std::to_string(options.start_step)}) {
+      spec.argv.push_back(a);
+    }
+    if (!state_file.empty()) spec.argv.insert(spec.argv.end(), {"--state", state_file});
+    spec.log_path = (dir / ("rank" + std::to_string(r) + ".log")).string();
+    specs.push_back(std::move(spec));
+  }
+  std::mutex mutex;
+  std::string failed;  // the first rank that ended badly, with its log
+  std::atomic<bool> any_failed{false};
+  std::thread children([&] {
+    try {
+      run_children(specs, int(specs.size()), [&](size_t i, const ChildExit& e) {
+        if (e.exit_code == 0 && e.signal == 0) return;
+        std::lock_guard<std::mutex> lock(mutex);
+        if (failed.empty()) {
+          failed = "rank " + std::to_string(i + 1) + " ended (" + e.describe() + "): " + tail_of(specs[i].log_path, 600);
+        }
+        any_failed = true;
+      });
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mutex);
+      failed = std::string("the other ranks could not be started: ") + e.what();
+      any_failed = true;
+    }
+  });
+  ranks.set_watchdog([&] {
+    if (!any_failed) return;
+    std::lock_guard<std::mutex> lock(mutex);
+    throw TrainingError("data_parallel", failed, "", failed);
+  });
+  BurstOptions mine = options;
+  mine.ranks = &ranks;
+  BurstResult result = run_burst(scenario, rules, mine);
+  children.join();  // they end with rank 0's last collective, or when its store goes
+  if (any_failed && result.verdict.outcome != Outcome::kCrashed) {
+    set_crashed(result.verdict, TrainingError("data_parallel", failed, "", failed));
+  }
+  return result;
+}
+
+int run_rank(const TrainingConfig& config, int64_t rank, int64_t world, int port, const std::string& state_file,
+             int64_t start_step) {
+  configure_runtime(config);
+  Ranks ranks(rank, world, port);
+  std::unique_ptr<Scenario> scenario = make_scenario(config);
+  BurstOptions options;
+  options.ranks = &ranks;
+  options.start_step = start_step;
+  if (!state_file.empty()) {
+    restore_state(*scenario, read_checkpoint(state_file), state_file);
+    if (Trainer(*scenario).skip_steps(start_step) != start_step) return kExitInternal;
+  }
+  const BurstResult r = run_burst(*scenario, config.health, options);
+  return r.verdict.outcome == Outcome::kCrashed ? kExitInternal : kExitOk;
 }
 
 }  // namespace spikehunt

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace at {
@@ -41,6 +42,8 @@ class Ranks {
 
   // All-gather: every rank's vector (all of one length) in rank order.
   std::vector<double> gather(const std::vector<double>& mine);
+  // Every rank gets rank 0's `mine` (a leader's decision: stop here or go on).
+  double from_rank0(double mine);
   // All-reduce in place: each tensor becomes the mean of its value on every
   // rank, summed in float64 in rank order (tensors on any device; undefined
   // ones are skipped, and must be undefined on every rank).
@@ -56,5 +59,27 @@ class Ranks {
   int64_t seq_ = 0;
   std::function<void()> watchdog_;
 };
+
+// ---- a data-parallel burst over processes ----
+
+class Scenario;
+struct BurstOptions;
+struct BurstResult;
+struct HealthRules;
+struct TrainingConfig;
+
+// run_burst of a scenario whose config has world_size > 1, as rank 0: serves
+// the ranks' store, starts ranks 1.. as this program's hidden `rank` verb
+// (the config, rank 0's state when the burst resumes mid-run), runs its own
+// shard, and waits for them. Every rank runs the same steps (rank 0's
+// monitor decides where the burst stops); rank 0's result is the burst's. A
+// rank that ends early makes the burst crashed, naming the rank and its log.
+BurstResult run_burst_ranked(Scenario& scenario, const HealthRules& rules, const BurstOptions& options);
+
+// The hidden verb's side (cli/rank.cpp): rank `rank` of `world`, connecting
+// to rank 0's store at `port`; with `state_file`, the scenario starts from
+// rank 0's state at `start_step`. Returns the exit code.
+int run_rank(const TrainingConfig& config, int64_t rank, int64_t world, int port, const std::string& state_file,
+             int64_t start_step);
 
 }  // namespace spikehunt

@@ -324,6 +324,7 @@ void each_field(Config& c, V& v) {
   v.choice("device", c.device, kDeviceKinds);
   v.choice("precision", c.precision, kPrecisions);
   v.integer("threads", c.threads, 1, kMaxThreads);
+  v.integer("world_size", c.world_size, 1, 64, "1 trains in one process; 2 splits each batch over two");
 }
 
 // ---- JSON out ----
@@ -772,6 +773,11 @@ std::vector<Problem> validate(const TrainingConfig& c) {
            "0 disables the growth rules; 1.4 is the default");
   }
   const OptimizerConfig& o = c.optimizer;
+  if (c.world_size > c.batch_size) {
+    k.fail("world_size", std::to_string(c.world_size),
+           "is more than batch_size " + std::to_string(c.batch_size) + ": a rank would get no rows of a batch",
+           "make world_size at most batch_size");
+  }
   if (o.nesterov && (o.kind != OptimizerKind::kSgd || !(o.momentum > 0))) {
     k.fail("optimizer.nesterov", "true", "needs optimizer.kind \"sgd\" with momentum > 0",
            "set nesterov to false or give momentum a value such as 0.9");

@@ -170,6 +170,9 @@ struct TrainingConfig {
   // fp16: the same with dynamic loss scaling (a CUDA device only).
   Precision precision = Precision::kFp32;
   int64_t threads = 2;                // LibTorch intra-op threads, [1, kMaxThreads]
+  // Data-parallel: the processes (ranks) a burst trains on, each its
+  // contiguous shard of every batch, gradients averaged; [1, 64], at most batch_size.
+  int64_t world_size = 1;
 };
 
 // ---- names ----

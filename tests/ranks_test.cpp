@@ -2,6 +2,7 @@
 // ranks as two threads of this process, each with its own scenario, talking
 // through the ranks' store as two processes would.
 #include <cmath>
+#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -9,6 +10,10 @@
 
 #include "harness/burst.h"
 #include "harness/ranks.h"
+
+#include <nlohmann/json.hpp>
+
+#include "base/files.h"
 #include "scenarios/catalog.h"
 #include "test_util.h"
 
@@ -167,6 +172,33 @@ TEST(DataParallelBurst, ANaNInRank1sShardIsNamedAsRank1sAndInRank0sAsRank0s) {
     EXPECT_EQ(v.fault->describe(), v1.fault->describe());
     EXPECT_NE(v.fault->describe().find(row < 8 ? " on rank 0" : " on rank 1"), std::string::npos) << v.fault->describe();
   }
+}
+
+// ---- over processes: `run`, its repro and `replay` ----
+
+TEST(DataParallelRun, ARunOverTwoProcessesRecordsItsWorldSizeAndItsReproReplaysFromItsCheckpoint) {
+  testing::TempDir dir;
+  testing::write_bytes(dir.file("c.json"), R"({"model": {"kind": "mlp", "mlp_width": 32},
+    "dataset": {"synthetic_train_per_class": 40}, "batch_size": 16, "max_batches_per_epoch": 20,
+    "optimizer": {"lr": 2}, "threads": 1, "world_size": 2})");
+  const auto r = testing::run_spikehunt("run --config " + dir.file("c.json") + " --out " + dir.file("out"));
+  ASSERT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(testing::has(r.output, "failure    step 10")) << r.output;
+  EXPECT_TRUE(testing::has(r.output, "of 80 on rank 0")) << r.output;  // the logits of rank 0's 8 rows
+  std::string repro;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("out"))) repro = e.path().string() + "/repro.json";
+  const nlohmann::json j = nlohmann::json::parse(read_file(repro));
+  EXPECT_EQ(j.at("config").at("world_size"), 2);
+  const auto replay = testing::run_spikehunt("replay " + repro + " --from-checkpoint");
+  EXPECT_EQ(replay.exit_code, 0) << replay.output;  // reproduced
+  EXPECT_TRUE(testing::has(replay.output, "from step 2 (its checkpoint)")) << replay.output;
+  EXPECT_TRUE(testing::has(replay.output, "reproduced: non_finite")) << replay.output;
+}
+
+TEST(DataParallelRun, MoreRanksThanRowsIsABadConfigNamingWorldSize) {
+  const auto r = testing::run_spikehunt("run --set batch_size=4 --set world_size=5");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(testing::has(r.output, "world_size = 5 is more than batch_size 4")) << r.output;
 }
 
 }  // namespace

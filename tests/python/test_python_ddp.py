@@ -112,3 +112,23 @@ def test_a_lightning_ddp_fit_under_the_callback_records_the_global_steps_and_nam
             assert close(m, y["activations"][name], 1e-5)
     fault = read_json(os.path.join(two, "verdict.json"))["fault"]
     assert (fault["tensor"], fault["stage"], fault["rank"], fault["nan"]) == ("net.fc1", "forward", 1, 32), fault
+
+
+# ---- a Python scenario over two processes: `run` and `replay` with world_size 2 ----
+
+def test_a_python_scenario_runs_over_two_processes_as_one_process_on_the_global_batch_and_replays(tmp_path):
+    from conftest import CONFIG, run_folder, spikehunt as cli
+    rc, out, err = cli("run", "--config", CONFIG, "--set", "world_size=2", "--out", str(tmp_path / "two"))
+    assert rc == 0, out + err
+    two = run_folder(tmp_path / "two")
+    rc, out, err = cli("run", "--config", CONFIG, "--out", str(tmp_path / "one"))
+    assert rc == 0, out + err
+    one = read_jsonl(os.path.join(run_folder(tmp_path / "one"), "trace.jsonl"))
+    trace = read_jsonl(os.path.join(two, "trace.jsonl"))
+    assert len(one) == len(trace) == 12
+    for x, y in zip(one, trace):
+        assert x["label_histogram"] == y["label_histogram"]
+        assert close(x["loss"], y["loss"], 1e-6) and close(x["grad_norm"], y["grad_norm"], 1e-5), (x, y)
+    assert read_json(os.path.join(two, "config.json"))["world_size"] == 2
+    rc, out, err = cli("replay", os.path.join(two, "repro.json"))
+    assert rc == 0 and "reproduced: healthy" in out, out + err
