@@ -2,6 +2,7 @@
 // replayable result folder (config, trace, verdict, checkpoints, repro).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -66,9 +67,25 @@ void print_header(const TrainingConfig& c, const std::string& source, Scenario* 
     for (const NamedOptimizer& o : optimizers) train += " " + o.name;
   }
   if (c.scenario != "standard") {
+    // A registered scenario builds its own optimizers and may clip as it likes:
+    // what they are is read from the scenario, not from the config's fields.
+    std::string own;
+    for (const NamedOptimizer& o : optimizers) {
+      std::vector<std::string> lrs;  // its groups' distinct rates, as the scenario built them
+      for (auto& g : o.optimizer->param_groups()) {
+        if (std::find(lrs.begin(), lrs.end(), fmt(group_lr(g))) == lrs.end()) lrs.push_back(fmt(group_lr(g)));
+      }
+      own += (own.empty() ? "" : "; ") + o.name + " " + optimizer_kind(*o.optimizer) + " lr";
+      for (size_t i = 0; i < lrs.size(); ++i) own += (i == 0 ? " " : "/") + lrs[i];
+      own += " as built";
+    }
+    own += ", batch " + std::to_string(c.batch_size);
+    if (c.accumulation_steps > 1) own += " x " + std::to_string(c.accumulation_steps) + " accumulated";
+    own += ", grad clip " + (scenario->grad_clip() > 0 ? fmt(scenario->grad_clip()) : std::string("off"));
+    if (const std::string sched = describe_schedule(c.schedule); !sched.empty()) own += ", lr " + sched;
     std::cout << "  model    scenario \"" << c.scenario << "\" (" << thousands(parameter_count(scenario->model()))
               << " parameters, " << steps << "), registered by this program\n";
-    std::cout << "  train    " << train << "\n";
+    std::cout << "  train    " << own << "\n";
     if (!c.params.values().empty()) std::cout << "  params   " << describe_params(c.params) << "\n";
     std::cout << "  seed     " << c.seed << "\n\n" << std::flush;
     return;

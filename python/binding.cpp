@@ -368,6 +368,8 @@ class PyOptimizer : public ForeignOptimizer {
 
   const py::object& python() const { return optimizer_.get(); }
 
+  std::string kind() const override { return class_; }
+
  private:
   py::object python_param(const torch::Tensor& param) const {
     const auto it = python_params_.find(param.unsafeGetTensorImpl());

@@ -201,6 +201,16 @@ std::vector<NamedTensor> optimizer_state_of(torch::optim::Optimizer& optimizer,
 
 // ---- learning rates ----
 
+std::string optimizer_kind(torch::optim::Optimizer& optimizer) {
+  if (auto* f = dynamic_cast<ForeignOptimizer*>(&optimizer)) return f->kind();
+  if (dynamic_cast<torch::optim::SGD*>(&optimizer)) return "sgd";
+  if (dynamic_cast<torch::optim::AdamW*>(&optimizer)) return "adamw";
+  if (dynamic_cast<torch::optim::Adam*>(&optimizer)) return "adam";
+  if (dynamic_cast<torch::optim::RMSprop*>(&optimizer)) return "rmsprop";
+  if (dynamic_cast<torch::optim::Adagrad*>(&optimizer)) return "adagrad";
+  return "optimizer";
+}
+
 double group_lr(torch::optim::OptimizerParamGroup& group) { return group.options().get_lr(); }
 void set_group_lr(torch::optim::OptimizerParamGroup& group, double lr) { group.options().set_lr(lr); }
 

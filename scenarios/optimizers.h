@@ -51,7 +51,12 @@ class ForeignOptimizer : public torch::optim::Optimizer {
   virtual void clear_states() = 0;
   virtual std::vector<std::string> buffer_names() = 0;
   virtual bool keeps_step() = 0;
+  virtual std::string kind() const { return "optimizer"; }  // its class's name ("AdamW")
 };
+
+// What the optimizer is, read from the object: "sgd", "adam", "adamw",
+// "rmsprop", "adagrad", a foreign optimizer's class ("AdamW"), else "optimizer".
+std::string optimizer_kind(torch::optim::Optimizer& optimizer);
 
 // nullopt: no state yet, or an optimizer type spikehunt does not know.
 std::optional<ParamState> param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param);

@@ -251,6 +251,8 @@ def test_the_doctor_reads_a_lightning_scenario_and_finds_nothing_on_a_healthy_on
 def test_a_hugging_face_scenario_trains_the_trainers_step_and_replays_its_failure(tmp_path):
     rc, healthy, out = run(tmp_path / "ok", *HF, "optimizer.lr=0.001")
     assert rc == 0, out
+    # the header says what the scenario built (the Trainer's AdamW, its clipping), not the config's sgd
+    assert "  train    optimizer AdamW lr 0 as built, batch 8, grad clip 1\n" in out, out
     trace = read_jsonl(os.path.join(healthy, "trace.jsonl"))
     assert len(trace) == 10 and trace[-1]["loss"] < trace[0]["loss"]
     assert [r["epoch"] for r in trace] == [0] * 10  # 96 rows / batch 8: 12 an epoch, cut at args' max_steps 10
