@@ -228,33 +228,51 @@ void Monitor::begin_step(int64_t step, const std::vector<Batch>& batches) {
   record_.batch = first.batch;
   record_.micro_batches = int64_t(batches.size());
 
-  // Hashes and the label histogram come from the host copies: no device sync.
-  Hasher inputs, labels;
+  // Hashes and the label histogram come from host copies: the batch's own
+  // (the engine keeps one), else a device copy of its bytes that joins the
+  // step's one host copy in finish_step (a user's loop hands device tensors).
+  auto hold = [](const torch::Tensor& host, const torch::Tensor& t) {
+    if (host.defined()) return host.contiguous();
+    if (t.is_cpu()) return t.detach().contiguous();
+    return t.detach().reshape({-1}).view(torch::kUInt8).clone();  // its own bytes: the loop may reuse t
+  };
+  held_.clear();
   for (const Batch& batch : batches) {
-    const torch::Tensor hx = (batch.host_inputs.defined() ? batch.host_inputs : batch.inputs.to(torch::kCPU)).contiguous();
-    const torch::Tensor hy = (batch.host_targets.defined() ? batch.host_targets : batch.targets.to(torch::kCPU)).contiguous();
-    inputs.update(hx.data_ptr(), hx.nbytes());
-    labels.update(hy.data_ptr(), hy.nbytes());
-    if (hy.scalar_type() == torch::kInt64) {
+    held_.push_back({hold(batch.host_inputs, batch.inputs), hold(batch.host_targets, batch.targets),
+                     batch.targets.scalar_type()});
+  }
+  chain_before_ = chain_;
+  if (std::all_of(held_.begin(), held_.end(), [](const Held& h) { return h.inputs.is_cpu() && h.targets.is_cpu(); })) {
+    hash_held();
+  }
+  for (const Batch& batch : batches) {
+    input_slots_.push_back(push_max(batch.inputs));
+    check(Stage::kForward, "input", batch.inputs, input_slots_.back());
+  }
+}
+
+void Monitor::hash_held() {
+  Hasher inputs, labels;
+  for (const Held& h : held_) {
+    inputs.update(h.inputs.data_ptr(), h.inputs.nbytes());
+    labels.update(h.targets.data_ptr(), h.targets.nbytes());
+    if (h.label_type == torch::kInt64) {
       record_.label_histogram.resize(size_t(scenario_.num_classes()), 0);
-      const int64_t* y = hy.data_ptr<int64_t>();
-      for (int64_t i = 0; i < hy.numel(); ++i) {
-        if (y[i] >= 0 && y[i] < scenario_.num_classes()) ++record_.label_histogram[y[i]];
+      std::vector<int64_t> y(h.targets.nbytes() / sizeof(int64_t));
+      std::memcpy(y.data(), h.targets.data_ptr(), y.size() * sizeof(int64_t));  // bytes from the host copy: any alignment
+      for (int64_t c : y) {
+        if (c >= 0 && c < scenario_.num_classes()) ++record_.label_histogram[size_t(c)];
       }
     }
   }
+  held_.clear();
   record_.input_hash = inputs.digest();
   record_.label_hash = labels.digest();
-  chain_before_ = chain_;
   if (world_ == 1) {
     chain_ = chain(chain_, record_.input_hash, record_.label_hash);
   } else {  // chained once every rank's batch is known (gather_ranks)
     local_inputs_ = record_.input_hash;
     local_labels_ = record_.label_hash;
-  }
-  for (const Batch& batch : batches) {
-    input_slots_.push_back(push_max(batch.inputs));
-    check(Stage::kForward, "input", batch.inputs, input_slots_.back());
   }
 }
 
@@ -398,17 +416,32 @@ StepRecord Monitor::finish_step() {
   }
   for (size_t j = 0; j < state_slot.size(); ++j) check(Stage::kOptimizerStep, state[j].name, state[j].tensor, state_slot[j]);
 
-  // The one host copy of the step.
-  if (!device_.empty()) {  // the one host copy of the step
-    std::vector<torch::Tensor> parts;
-    for (const auto& [slot, stats] : device_) parts.push_back(stats);
-    const torch::Tensor host = torch::cat(parts).to(torch::kCPU);
-    const double* h = host.data_ptr<double>();
-    for (const auto& [slot, stats] : device_) {
-      std::copy(h, h + stats.numel(), values_.begin() + slot);
-      h += stats.numel();
+  // The one host copy of the step: the statistics still on the device, then
+  // the bytes of the batch tensors held there, as one byte tensor.
+  std::vector<torch::Tensor> parts;
+  for (const auto& [slot, stats] : device_) parts.push_back(stats.view(torch::kUInt8));
+  for (const Held& h : held_) {
+    for (const torch::Tensor& t : {h.inputs, h.targets}) {
+      if (!t.is_cpu()) parts.push_back(t);
     }
   }
+  if (!parts.empty()) {
+    const torch::Tensor host = torch::cat(parts).to(torch::kCPU);
+    const uint8_t* b = host.data_ptr<uint8_t>();
+    for (const auto& [slot, stats] : device_) {
+      std::memcpy(values_.data() + slot, b, size_t(stats.numel()) * sizeof(double));
+      b += stats.numel() * int64_t(sizeof(double));
+    }
+    for (Held& h : held_) {
+      for (torch::Tensor* t : {&h.inputs, &h.targets}) {
+        if (t->is_cpu()) continue;
+        const int64_t n = t->numel();
+        *t = host.narrow(0, b - host.data_ptr<uint8_t>(), n);
+        b += n;
+      }
+    }
+  }
+  if (!held_.empty()) hash_held();
   const std::optional<Fault> rank_fault = world_ > 1 ? gather_ranks() : std::nullopt;
   for (LayerSlots& l : layers_) {
     if (l.before < 0) l.before = l.after;  // cut short before the optimizer step: unchanged
@@ -511,6 +544,7 @@ StepRecord Monitor::finish_step() {
 
 void Monitor::abandon_step() {
   chain_ = chain_before_;
+  held_.clear();
   values_.clear();
   device_.clear();
   checks_.clear();  // release the step's tensors

@@ -178,6 +178,15 @@ class Monitor : public TapSink {
   int64_t rank_ = 0, world_ = 1;
   Gather gather_;
   Hash128 local_inputs_, local_labels_;  // this rank's batch, until the gather
+  // This step's batch tensors as the hashes read them: host tensors, or (a
+  // batch on the device with no host copy) their bytes on the device until
+  // the step's one host copy brings them over.
+  struct Held {
+    torch::Tensor inputs, targets;
+    torch::ScalarType label_type;
+  };
+  std::vector<Held> held_;
+  void hash_held();  // the step's hashes, label counts and chain, from held_ on the host
   // Gathers the step's values from every rank and folds them into values_ and
   // record_ (hashes, chain, label counts); returns the first fault over the ranks.
   std::optional<Fault> gather_ranks();

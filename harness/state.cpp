@@ -47,6 +47,7 @@ void visit_state(Scenario& scenario, Copy&& copy, Keep&& keep) {
     if (!s) continue;
     for (const NamedTensor& b : s->buffers) copy("optim." + p.name + "." + b.name, b.tensor.detach());
     if (s->step) steps.push_back({"optim." + p.name + ".step", torch::tensor(*s->step, torch::kInt64)});
+    else if (s->step_tensor.defined()) steps.push_back({"optim." + p.name + ".step", s->step_tensor.to(torch::kInt64).reshape({})});
   }
   for (NamedTensor& t : steps) keep(std::move(t.name), std::move(t.tensor));  // Adam's step counts after the buffers
   keep("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());

@@ -321,9 +321,10 @@ class PyOptimizer : public ForeignOptimizer {
         out.buffers.push_back({name, v.cast<torch::Tensor>()});
       }
     }
-    if (s.contains("step")) {
+    if (s.contains("step")) {  // a tensor is kept as one: reading it on a GPU would be a host sync a parameter
       const py::object v = s["step"];
-      out.step = THPVariable_Check(v.ptr()) ? int64_t(v.cast<torch::Tensor>().item<double>()) : v.cast<int64_t>();
+      if (THPVariable_Check(v.ptr())) out.step_tensor = v.cast<torch::Tensor>().detach();
+      else out.step = v.cast<int64_t>();
     }
     if (out.buffers.empty()) return std::nullopt;
     return out;

@@ -39,6 +39,9 @@ std::vector<ParamSlot> parameter_slots(Scenario& scenario);
 struct ParamState {
   std::vector<NamedTensor> buffers;
   std::optional<int64_t> step;
+  // Or the count as a tensor, as torch.optim keeps it (on the parameter's
+  // device for its fused and capturable kernels): read without a host copy.
+  torch::Tensor step_tensor;
 };
 // An optimizer spikehunt did not build that keeps its per-parameter state
 // its own way (a Python torch.optim optimizer, python/): it reads, writes and

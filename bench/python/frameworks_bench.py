@@ -17,8 +17,9 @@ on_step_end; the loop's step), after warm-up batches. Prints ms per step and
 each row's ratio to its framework's plain row, and the BLAS LibTorch calls.
 
 --interleaved measures each callback (and the Watch) with monitored and plain steps
-alternating in one fit (even steps watched, odd ones not: the callback's hooks stay
-registered and return at once), which the drift of a shared VM cannot skew.
+alternating in one fit (even steps watched, odd ones not, of the same model: the
+callback's or the Watch's hooks stay registered and return at once), which the drift of
+a shared VM cannot skew.
 
 Usage: PYTHONPATH=build/python .venv/bin/python bench/python/frameworks_bench.py [--threads 2] [--rounds 5] [--steps 40]
        [--clock wall|thread] [--interleaved]
@@ -212,6 +213,20 @@ class AlternatingHf(spikehunt.hf.Monitor):
             super().on_optimizer_step(args, state, control, **kwargs)
 
 
+class AlternatingWatch(spikehunt.Watch):
+    """The Watch whose hooks return at once while skip is set: plain steps of the same model between
+    watched ones."""
+    skip = False
+
+    def _collect(self, name, tensor):
+        if not self.skip:
+            super()._collect(name, tensor)
+
+    def _root(self, module, inputs, output):
+        if not self.skip:
+            super()._root(module, inputs, output)
+
+
 def split_even_odd(times):
     times = times[WARMUP + WARMUP % 2:]
     return statistics.median(times[0::2]), statistics.median(times[1::2])
@@ -238,19 +253,20 @@ def interleaved(steps, checkpoints, out):
                          callbacks=[hf_timer, AlternatingHf(out=out, taps="leaves", checkpoints=checkpoints)]).train()
     result["hf"] = split_even_odd(hf_timer.times)
     torch.manual_seed(0)
-    plain_model, watched_model = SimpleCNN(0.01), SimpleCNN(0.01)
-    plain_opt = torch.optim.SGD(plain_model.parameters(), lr=0.05, momentum=0.9)
-    watched_opt = torch.optim.SGD(watched_model.parameters(), lr=0.05, momentum=0.9)
+    model = SimpleCNN(0.01)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     times = []
-    with spikehunt.Watch(watched_model, watched_opt, out=out, taps="leaves", checkpoints=checkpoints) as w:
+    with AlternatingWatch(model, opt, out=out, taps="leaves", checkpoints=checkpoints) as w:
         for _ in range(steps // 2):
+            w.skip = False
             t0 = CLOCK()
-            w.step(F.cross_entropy(watched_model(X), Y), X, Y)
+            w.step(F.cross_entropy(model(X), Y), X, Y)
             times.append((CLOCK() - t0) * 1000)
+            w.skip = True  # the same model and optimizer, its hooks returning at once
             t0 = CLOCK()
-            plain_opt.zero_grad()
-            F.cross_entropy(plain_model(X), Y).backward()
-            plain_opt.step()
+            opt.zero_grad()
+            F.cross_entropy(model(X), Y).backward()
+            opt.step()
             times.append((CLOCK() - t0) * 1000)
     result["watch"] = split_even_odd(times)
     return result

@@ -80,3 +80,29 @@ def test_a_bad_tap_name_is_a_contract_error_naming_the_submodules():
     net = tiny.Blobs(4)
     with pytest.raises(spikehunt.ContractError, match="'fc3'.*fc1"):
         spikehunt.Watch(net, torch.optim.SGD(net.parameters(), lr=0.1), taps=["fc3"])
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_adamw_step_counts_kept_as_tensors_reach_the_checkpoint(tmp_path, fused):
+    """torch.optim's AdamW keeps each parameter's step count as a tensor (on the parameter's
+    device when fused); the watch reads it as a tensor (no host copy on a GPU) and the
+    checkpoint entering the failure holds every parameter's count as an integer."""
+    from safetensors.torch import load_file
+    torch.manual_seed(0)
+    net = tiny.Blobs(16)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3, fused=fused)
+    generator = torch.Generator().manual_seed(0)
+    with spikehunt.Watch(net, opt, out=str(tmp_path), num_classes=4) as w:
+        for step in range(6):
+            if step == 4:
+                with torch.no_grad():
+                    next(net.parameters())[0, 0] = float("inf")
+            x, y = tiny.blobs(32, generator)
+            w.step(F.cross_entropy(net(x), y), x, y)
+            if w.ended is not None:
+                break
+    assert w.ended["step"] == 4
+    saved = load_file(os.path.join(w.path, "last_healthy.safetensors"))
+    steps = {k: v for k, v in saved.items() if k.endswith(".step")}
+    assert sorted(steps) == sorted(f"optim.{name}.step" for name, _ in net.named_parameters())
+    assert all(v.dtype == torch.int64 and int(v) == 4 for v in steps.values()), steps
