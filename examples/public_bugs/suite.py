@@ -61,9 +61,9 @@ LRS = {"healthy_regression": [0.003, 0.01, 0.03]}
 DEFAULT_LRS = [0.01, 0.03, 0.1]
 
 
-def doctor(scenario, *sets):
+def doctor(scenario, *sets, config=CONFIG):
     """The doctor's JSON report on one case, run in this process (its stdout captured at the fd)."""
-    argv = ["suite", "doctor", "--config", CONFIG, "--set", f'scenario="{scenario}"', *DOCTOR]
+    argv = ["suite", "doctor", "--config", config, "--set", f'scenario="{scenario}"', *DOCTOR]
     for s in sets:
         argv += ["--set", s]
     sys.stdout.flush()
@@ -84,64 +84,81 @@ def failed(report):
     return [s["name"] for s in report["signs"] if not s["passed"]]
 
 
-def run_bugs(only=None):
-    rows = []
-    for case, (source, sign, phrase) in EXPECTED.items():
-        if only and case not in only:
-            continue
-        start = time.time()
-        rc, report = doctor(case)
-        top = report["most_likely_cause"] or {}
-        diagnosed = top.get("sign") == sign and phrase in top.get("cause", "")
-        rows.append({"case": case, "source": source, "expected": sign, "top": top.get("sign"),
-                     "cause": top.get("cause"), "other_signs": [n for n in failed(report) if n != top.get("sign")],
-                     "detected": rc == 1 and bool(failed(report)), "diagnosed": diagnosed,
-                     "seconds": round(time.time() - start, 1)})
-    return rows
+class Suite:
+    """One suite: its expected causes, its healthy programs, its config and learning rates."""
+
+    def __init__(self, expected, healthy, config, lrs=None, default_lrs=DEFAULT_LRS):
+        self.expected, self.healthy, self.config = expected, healthy, config
+        self.lrs, self.default_lrs = lrs or {}, default_lrs
+
+    def doctor(self, scenario, *sets):
+        return doctor(scenario, *sets, config=self.config)
+
+    def run_bugs(self, only=None):
+        rows = []
+        for case, (source, sign, phrase) in self.expected.items():
+            if only and case not in only:
+                continue
+            start = time.time()
+            rc, report = self.doctor(case)
+            top = report["most_likely_cause"] or {}
+            diagnosed = top.get("sign") == sign and phrase in top.get("cause", "")
+            rows.append({"case": case, "source": source, "expected": sign, "expected_phrase": phrase,
+                         "top": top.get("sign"), "cause": top.get("cause"),
+                         "other_signs": [n for n in failed(report) if n != top.get("sign")],
+                         "detected": rc == 1 and bool(failed(report)), "diagnosed": diagnosed,
+                         "seconds": round(time.time() - start, 1)})
+        return rows
+
+    def run_healthy(self, only=None):
+        rows = []
+        for case in self.healthy:
+            if only and case not in only:
+                continue
+            for lr in self.lrs.get(case, self.default_lrs):
+                for seed in SEEDS:
+                    rc, report = self.doctor(case, f"seed={seed}", f"optimizer.lr={lr}")
+                    rows.append({"case": case, "seed": seed, "lr": lr, "alarms": failed(report), "rc": rc})
+        return rows
+
+    def main(self, description):
+        parser = argparse.ArgumentParser(description=description)
+        parser.add_argument("--bugs", action="store_true", help="only the publicly reported bugs")
+        parser.add_argument("--healthy", action="store_true", help="only the healthy programs")
+        parser.add_argument("--only", nargs="*", help="these cases only")
+        parser.add_argument("--json", help="write the rows to this file")
+        args = parser.parse_args()
+        both = not args.bugs and not args.healthy
+        bugs = self.run_bugs(args.only) if args.bugs or both else []
+        healthy = self.run_healthy(args.only) if args.healthy or both else []
+        if bugs:
+            print("| case | source | expected | top cause | other signs |")
+            print("| --- | --- | --- | --- | --- |")
+            for r in bugs:
+                mark = "" if r["diagnosed"] else " **(wrong)**"
+                print(f"| {r['case']} | {r['source']} | {r['expected']} | {r['top']}{mark}: {r['cause']} | "
+                      f"{', '.join(r['other_signs']) or '-'} |")
+            print(f"\nbugs: {len(bugs)}, detected {sum(r['detected'] for r in bugs)}, "
+                  f"diagnosed (right top cause) {sum(r['diagnosed'] for r in bugs)}")
+        if healthy:
+            alarms = [r for r in healthy if r["alarms"]]
+            for r in alarms:
+                print(f"false alarm: {r['case']} seed {r['seed']} lr {r['lr']}: {', '.join(r['alarms'])}")
+            print(f"healthy runs: {len(healthy)} ({len(self.healthy)} programs x {len(SEEDS)} seeds x 3 "
+                  f"learning rates), false alarms {len(alarms)}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"bugs": bugs, "healthy": healthy}, f, indent=1)
+        ok = all(r["diagnosed"] for r in bugs) and not any(r["alarms"] for r in healthy)
+        sys.exit(0 if ok else 1)
 
 
-def run_healthy(only=None):
-    rows = []
-    for case in cases.HEALTHY:
-        if only and case not in only:
-            continue
-        for lr in LRS.get(case, DEFAULT_LRS):
-            for seed in SEEDS:
-                rc, report = doctor(case, f"seed={seed}", f"optimizer.lr={lr}")
-                rows.append({"case": case, "seed": seed, "lr": lr, "alarms": failed(report), "rc": rc})
-    return rows
+SUITE = Suite(EXPECTED, cases.HEALTHY, CONFIG, LRS)
+run_bugs, run_healthy = SUITE.run_bugs, SUITE.run_healthy
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bugs", action="store_true", help="only the publicly reported bugs")
-    parser.add_argument("--healthy", action="store_true", help="only the healthy programs")
-    parser.add_argument("--only", nargs="*", help="these cases only")
-    parser.add_argument("--json", help="write the rows to this file")
-    args = parser.parse_args()
-    both = not args.bugs and not args.healthy
-    bugs = run_bugs(args.only) if args.bugs or both else []
-    healthy = run_healthy(args.only) if args.healthy or both else []
-    if bugs:
-        print("| case | source | expected | top cause | other signs |")
-        print("| --- | --- | --- | --- | --- |")
-        for r in bugs:
-            mark = "" if r["diagnosed"] else " **(wrong)**"
-            print(f"| {r['case']} | {r['source']} | {r['expected']} | {r['top']}{mark}: {r['cause']} | "
-                  f"{', '.join(r['other_signs']) or '-'} |")
-        print(f"\nbugs: {len(bugs)}, detected {sum(r['detected'] for r in bugs)}, "
-              f"diagnosed (right top cause) {sum(r['diagnosed'] for r in bugs)}")
-    if healthy:
-        alarms = [r for r in healthy if r["alarms"]]
-        for r in alarms:
-            print(f"false alarm: {r['case']} seed {r['seed']} lr {r['lr']}: {', '.join(r['alarms'])}")
-        print(f"healthy runs: {len(healthy)} ({len(cases.HEALTHY)} programs x {len(SEEDS)} seeds x 3 "
-              f"learning rates), false alarms {len(alarms)}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"bugs": bugs, "healthy": healthy}, f, indent=1)
-    ok = all(r["diagnosed"] for r in bugs) and not any(r["alarms"] for r in healthy)
-    sys.exit(0 if ok else 1)
+    SUITE.main(__doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":

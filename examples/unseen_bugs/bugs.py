@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""The doctor's second suite: publicly reported training bugs of classes that are
+in none of its other suites (examples/public_bugs, the planted Fashion-MNIST and
+C++ bugs), ported as their authors wrote them, and healthy programs of ordinary
+shapes for the false-alarm count. The doctor was not tuned on these: each case's
+expected cause (suite.py's EXPECTED) was written before the doctor first ran on
+it, and that first run's score is kept in docs/doctor.md.
+
+    python3 examples/unseen_bugs/bugs.py doctor --config examples/unseen_bugs/unseen_bugs.json \\
+        --set scenario='"loss_summed_over_batch"'
+"""
+import math
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import spikehunt
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "public_bugs"))
+from cases import MLP, Attention, Case, FashionCase, TextCase, TinyGPT, fashion_normalized, sgd  # noqa: E402
+
+
+# ---------------------------------------------------------------- the loss against the batch
+
+class LossSummedOverBatch(FashionCase):
+    # jax-ml/jax#3113 (https://github.com/jax-ml/jax/pull/3113): "Loss was calculated using np.sum
+    # without accounting for the number of samples. This worked for the batch size of 128 in
+    # combination with the low learning rate but lead to exploding gradients for larger batches."
+    # The same in PyTorch: reduction="sum" with a learning rate chosen for the mean.
+    def loss(self, outputs, targets):
+        return F.cross_entropy(outputs, targets, reduction="sum")
+
+
+# ---------------------------------------------------------------- the outputs against the loss
+
+class SigmoidBeforeBceWithLogits(Case):
+    # yudi-mars/daisyRec#15 (https://github.com/yudi-mars/daisyRec/pull/15): "Do not need sigmoid
+    # because there is sigmoid in BCEWithLogitsLoss. Otherwise loss does not converge." (also
+    # Lightning-AI/pytorch-lightning#18272). Sandal against sneaker, one output unit.
+    classes = 2
+
+    def __init__(self, config):
+        super().__init__(config)
+        x, y, xt, yt = fashion_normalized()
+        keep, keep_t = (y == 5) | (y == 7), (yt == 5) | (yt == 7)
+        self.x, self.y = x[keep], (y[keep] == 7).float().unsqueeze(1)
+        self.xt, self.yt = xt[keep_t], (yt[keep_t] == 7).float().unsqueeze(1)
+        self.net = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 1), nn.Sigmoid())
+        self.opt = sgd(self.net, config)
+        self.criterion = nn.BCEWithLogitsLoss()
+
+    def loss(self, outputs, targets):
+        return self.criterion(outputs, targets)
+
+
+class ReluBeforeCrossEntropy(FashionCase):
+    # pytorch/tutorials#1644 (https://github.com/pytorch/tutorials/pull/1644, issue #1526): the
+    # quickstart's NeuralNetwork ended in nn.ReLU() after its last Linear, "just before the cross
+    # entropy error was calculated".
+    def build(self):
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
+                             nn.Linear(128, 10), nn.ReLU())
+
+
+# ---------------------------------------------------------------- samples mixed with each other
+
+class LstmWithoutBatchFirst(Case):
+    # AndersonJo/dqn-pytorch#1 (https://github.com/AndersonJo/dqn-pytorch/issues/1): "The semantics
+    # of LSTM input are (seq_len, batch_size, input_size). But the input format is (batch_size,
+    # seq_len, input_size). To correct it batch_first needs to be passed True" ("Astonishing part
+    # is model is still learning with this error"; also Cadene/vqa.pytorch#40). Fashion-MNIST read
+    # row by row, 28 steps of 28 pixels: the LSTM runs over the batch as if it were time.
+    def __init__(self, config):
+        super().__init__(config)
+        x, self.y, xt, self.yt = fashion_normalized()
+        self.x, self.xt = x.reshape(-1, 28, 28), xt.reshape(-1, 28, 28)
+        self.net = RowLstm(batch_first=False)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
+class RowLstm(nn.Module):
+    def __init__(self, batch_first):
+        super().__init__()
+        self.lstm = nn.LSTM(28, 64, batch_first=batch_first)
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x):  # x: (batch, 28 rows, 28 pixels)
+        out, _ = self.lstm(x)
+        return self.fc(out[:, -1, :])
+
+
+# ---------------------------------------------------------------- the data as batches arrive
+
+class BatchesSortedByClass(FashionCase):
+    # Deci-AI/super-gradients#416 (https://github.com/Deci-AI/super-gradients/issues/416): "By
+    # default, it does not pass shuffle=True to the dataloader, so SequentialSampler gets
+    # instantiated. In training on Imagenet it makes NN see only examples of a single class"
+    # (also pytorch/vision#7818: a dataset stored class by class). The training set as stored,
+    # sorted by class, read in order.
+    def __init__(self, config):
+        super().__init__(config)
+        order = torch.argsort(self.y, stable=True)
+        self.x, self.y = self.x[order], self.y[order]
+
+    def next_batch(self):
+        if self.done == self.planned_steps():
+            return None
+        b = self.config.batch_size
+        i = self.done % self.batches_per_epoch()
+        self.done += 1
+        return self.x[i * b:(i + 1) * b], self.y[i * b:(i + 1) * b]
+
+
+# ---------------------------------------------------------------- the parameters at step 0
+
+class ConstantInit(FashionCase):
+    # HomericIntelligence/Mnemosyne#1987 (https://github.com/HomericIntelligence/Mnemosyne/pull/1987):
+    # "uniform-fill weight init in multi-layer test cases causes upstream gradients to collapse [...]
+    # producing convergence-test plateaus at ln(num_classes)". Every weight filled with one value.
+    def build(self):
+        net = MLP(hidden=64)
+        for m in net.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.constant_(m.weight, 0.01)
+                nn.init.zeros_(m.bias)
+        return net
+
+
+# ---------------------------------------------------------------- the modes
+
+class BatchNormOnBatchesOfOne(FashionCase):
+    # microsoft/CNTK#905 (https://github.com/microsoft/CNTK/issues/905): the BatchNorm MNIST
+    # example with minibatchSize 1 "delivers no useful result at all (error rate > 50%)", where
+    # the same network without BatchNorm trains at batch 1. The same in PyTorch: BatchNorm2d
+    # (whose statistics over 28x28 positions exist for one image) trained one image at a time.
+    flat = False
+    train = 1500
+    epochs = 1
+
+    def build(self):
+        return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(16 * 7 * 7, 10))
+
+    def batches_per_epoch(self):
+        return self.x.shape[0]
+
+    def next_batch(self):
+        if self.done == self.planned_steps():
+            return None
+        if self.done % self.batches_per_epoch() == 0:
+            self.order = torch.randperm(self.x.shape[0], generator=self.generator)
+        i = self.order[self.done % self.batches_per_epoch()]
+        self.done += 1
+        return self.x[i:i + 1], self.y[i:i + 1]
+
+
+# ---------------------------------------------------------------- what the targets are
+
+class LmLabelsNotShifted(TextCase):
+    # KempnerInstitute/KempnerForge#154 (https://github.com/KempnerInstitute/KempnerForge/issues/154):
+    # "labels[i] == input_ids[i], but the loss doesn't shift [...] each logit is scored against the
+    # current, already-visible token — the model copies it and loss collapses to 0.0000" (also
+    # macrocosm-os/pretraining#64). The targets are the input window itself.
+    def __init__(self, config):
+        super().__init__(config)
+        self.y, self.yt = self.x.clone(), self.xt.clone()
+        self.net = TinyGPT(Attention(32, self.block, 0.1))
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
+class UnmaskedSelfAttention(nn.Module):
+    def __init__(self, d, block, dropout):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.dropout = dropout
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        att = ((q @ k.transpose(1, 2)) / math.sqrt(d)).softmax(dim=-1)  # no causal mask
+        att = F.dropout(att, self.dropout, training=self.training)
+        return self.proj(att @ v)
+
+
+class CausalMaskMissing(TextCase):
+    # huggingface/transformers#48745 (https://github.com/huggingface/transformers/issues/48745):
+    # four *ForCausalLM models "attend to future tokens [...] the loss fell to almost zero within a
+    # few hundred steps on random tokens. The decoder is not causal: each position sees the tokens
+    # after it, so its label is visible." (also rainmaker22/SMART#42). A decoder whose attention
+    # has no mask.
+    def __init__(self, config):
+        super().__init__(config)
+        self.net = TinyGPT(UnmaskedSelfAttention(32, self.block, 0.1))
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
+# ---------------------------------------------------------------- healthy programs
+
+class HealthyBnDropoutCnn(FashionCase):
+    """An ordinary CNN: Conv, BatchNorm, ReLU, pooling, Dropout, a ReLU hidden layer, a plain head."""
+    flat = False
+
+    def build(self):
+        return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Dropout(0.3), nn.Linear(32 * 7 * 7, 64), nn.ReLU(),
+                             nn.Dropout(0.3), nn.Linear(64, 10))
+
+
+class HealthyLstm(LstmWithoutBatchFirst):
+    """The row LSTM with batch_first=True."""
+    def __init__(self, config):
+        super().__init__(config)
+        self.net = RowLstm(batch_first=True)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
+class PreNormBlock(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x, mask):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class PreNormGpt(nn.Module):
+    def __init__(self, d=32, block=32, vocab=256, layers=2, heads=4):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(block, d)
+        self.blocks = nn.ModuleList(PreNormBlock(d, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t))
+        mask = torch.triu(torch.full((t, t), float("-inf")), diagonal=1)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.head(self.ln(x))
+
+
+class HealthyPreNormTransformer(TextCase):
+    """A pre-norm decoder (nn.MultiheadAttention with a causal mask), AdamW."""
+    def __init__(self, config):
+        super().__init__(config)
+        self.net = PreNormGpt()
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
+class HealthyZeroInitHead(FashionCase):
+    """An MLP whose output layer starts at zero (a zero-initialized head, as LoRA's B factor)."""
+    def build(self):
+        net = MLP(hidden=128)
+        nn.init.zeros_(net.fc2.weight)
+        nn.init.zeros_(net.fc2.bias)
+        return net
+
+
+BUGS = {
+    "loss_summed_over_batch": LossSummedOverBatch,
+    "sigmoid_before_bce_with_logits": SigmoidBeforeBceWithLogits,
+    "relu_before_cross_entropy": ReluBeforeCrossEntropy,
+    "lstm_without_batch_first": LstmWithoutBatchFirst,
+    "batches_sorted_by_class": BatchesSortedByClass,
+    "constant_init": ConstantInit,
+    "batchnorm_on_batches_of_one": BatchNormOnBatchesOfOne,
+    "lm_labels_not_shifted": LmLabelsNotShifted,
+    "causal_mask_missing": CausalMaskMissing,
+}
+HEALTHY = {
+    "healthy_bn_dropout_cnn": HealthyBnDropoutCnn,
+    "healthy_lstm": HealthyLstm,
+    "healthy_pre_norm_transformer": HealthyPreNormTransformer,
+    "healthy_zero_init_head": HealthyZeroInitHead,
+}
+for _name, _cls in {**BUGS, **HEALTHY}.items():
+    spikehunt.register(_name, _cls)
+
+if __name__ == "__main__":
+    spikehunt.main()
