@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/number_format.h"
 #include "harness/burst.h"
+#include "harness/doctor/common.h"
 #include "harness/report.h"
 #include "harness/training_error.h"
 #include "harness/warnings.h"
@@ -21,6 +22,7 @@
 namespace spikehunt {
 
 using json = nlohmann::json;
+using namespace doctor_detail;
 
 bool DoctorReport::passed() const {
   return std::all_of(signs.begin(), signs.end(), [](const VitalSign& s) { return s.passed; });
@@ -47,87 +49,15 @@ const VitalSign* DoctorReport::top() const {
 
 namespace {
 
-// How likely a failed sign is the root cause: lower first (VitalSign::rank).
-enum Rank {  // as docs/doctor.md's table numbers them
-  kRankCodeError = 1,
-  kRankBadInputValues = 2,
-  kRankNanInput = 3,
-  kRankLossShapes = 4,
-  kRankOneClass = 5,
-  kRankConstantOutput = 6,
-  kRankEvalRandom = 7,
-  kRankCoverage = 8,
-  kRankHeldoutInputs = 9,
-  kRankInputScale = 10,
-  kRankLossMismatch = 11,
-  kRankLossDomain = 12,
-  kRankLrSchedule = 13,
-  kRankGradAccumulation = 14,
-  kRankFrozen = 15,
-  kRankOpMakesNaN = 16,
-  kRankLossUnstableAfterNaN = 17,  // the loss probe, when the run's own NaN already points at the loss
-  kRankShiftedLabels = 18,
-  kRankDeadUnits = 19,
-  kRankOverflow = 20,
-  kRankGradientFlow = 21,
-  kRankCollapse = 22,
-  kRankOverfit = 23,
-  kRankHealth = 24,
-  kRankGradRange = 25,
-};
-
 constexpr double kDeadShare = 0.5;          // a layer is flagged when this share of its units is dead
 constexpr double kSaturatedDerivative = 0.01;  // of the activation's largest derivative
 
 // ---- helpers ----
 
-std::string list(const std::vector<std::string>& names, size_t max = 6) {
-  std::string s;
-  for (size_t i = 0; i < names.size() && i < max; ++i) s += (i ? ", " : "") + names[i];
-  if (names.size() > max) s += " and " + std::to_string(names.size() - max) + " more";
-  return s;
-}
-
 std::string layer_of(const std::string& parameter) {
   const size_t dot = parameter.rfind('.');
   return dot == std::string::npos ? parameter : parameter.substr(0, dot);
 }
-
-VitalSign sign(const char* name) {
-  VitalSign v;
-  v.name = name;
-  return v;
-}
-
-void fail(VitalSign& v, int rank, std::string cause, std::string hint) {
-  v.passed = false;
-  v.rank = rank;
-  v.cause = std::move(cause);
-  v.hint = std::move(hint);
-}
-
-VitalSign skipped(const char* name, const std::string& why) {
-  VitalSign v = sign(name);
-  v.skipped = true;
-  v.evidence = why;
-  return v;
-}
-
-// Scenario code that is not a training step (a forward on a probe batch,
-// held-out data, construction): what it throws is a TrainingError.
-template <class F>
-auto guarded(const char* stage, F&& f, const ErrorContext& context = {}) -> decltype(f()) {
-  return in_training_code(stage, context, std::forward<F>(f));
-}
-
-// Evaluation mode (no dropout) while alive; batch norm keeps training mode
-// only in the overfit check (see there).
-struct EvalMode {
-  explicit EvalMode(torch::nn::Module& m) : model(m), was(m.is_training()) { m.eval(); }
-  ~EvalMode() { model.train(was); }
-  torch::nn::Module& model;
-  bool was;
-};
 
 bool has_batch_norm(torch::nn::Module& model) {
   for (const auto& b : model.named_buffers()) {
@@ -408,6 +338,34 @@ VitalSign loss_output_mismatch(Scenario& s, const Batch& b) {
   const torch::Tensor out = guarded("forward", [&] { return s.forward(b.inputs, Tap()); }, context).detach();
   context.output_shape = out.sizes().vec();
   const double loss = guarded("loss", [&] { return s.loss(out, b.targets); }, context).item<double>();
+  if (out.is_floating_point() && b.targets.defined() && b.targets.is_floating_point() &&
+      b.targets.sizes() == out.sizes() && out.numel() > 0 &&
+      ((b.targets == 0) | (b.targets == 1)).all().item<bool>()) {
+    // Binary targets: outputs that are a sigmoid's, given to a loss that applies its own?
+    const torch::Tensor o = out.to(torch::kFloat64), y = b.targets.to(out.device()).to(torch::kFloat64);
+    const double lo = o.min().item<double>(), hi = o.max().item<double>();
+    const double with_logits = torch::nn::functional::binary_cross_entropy_with_logits(o, y).item<double>();
+    v.data = {{"loss", number(loss)}, {"outputs_min", number(lo)}, {"outputs_max", number(hi)},
+              {"bce_with_logits_of_outputs", number(with_logits)}};
+    v.evidence = "binary targets; outputs in [" + fmt(lo) + ", " + fmt(hi) + "]; loss " + fmt(loss) +
+                 ", binary_cross_entropy_with_logits of the outputs " + fmt(with_logits);
+    if (lo > 0 && hi < 1) {
+      const double on_probabilities = torch::nn::functional::binary_cross_entropy(o, y).item<double>();
+      v.data["bce_of_outputs"] = number(on_probabilities);
+      v.evidence += ", binary_cross_entropy of them " + fmt(on_probabilities);
+      if (std::fabs(loss - with_logits) <= 1e-4 * (1 + std::fabs(with_logits)) &&
+          std::fabs(with_logits - on_probabilities) > 1e-3) {
+        v.named = {"output"};
+        fail(v, kRankLossMismatch,
+             "sigmoid is applied twice: every output is in (0, 1), a sigmoid's, and the loss equals "
+             "binary_cross_entropy_with_logits of them, which applies its own (it cannot fall below " +
+                 fmt(-std::log(1 / (1 + std::exp(-1.0)))) + " for a target of 1)",
+             "return the logits from forward() (drop the final sigmoid) and keep BCEWithLogitsLoss, or keep the "
+             "sigmoid and use BCELoss");
+      }
+    }
+    return v;
+  }
   if (out.dim() != 2 || !out.is_floating_point() || !class_ids(b.targets)) {
     v.evidence = "the output is " + c10::str(out.sizes()) + ": not (batch, classes) scores with class-id labels";
     return v;
@@ -429,7 +387,22 @@ VitalSign loss_output_mismatch(Scenario& s, const Batch& b) {
     v.data["cross_entropy_of_softmax"] = number(twice);
     v.evidence = "outputs are scores (rows do not sum to 1); loss " + fmt(loss) + ", cross-entropy " + fmt(ce) +
                  ", cross-entropy of their softmax " + fmt(twice);
-    if (std::fabs(loss - twice) <= 1e-5 * (1 + std::fabs(twice)) && std::fabs(twice - ce) > 1e-3) {
+    const double smallest = o.min().item<double>();
+    const double zeros = (o == 0).to(torch::kFloat64).mean().item<double>();
+    // A rectifier's output: zeros beside positive values in the same row (a row all equal is another story:
+    // a constant output, input_dependence's and init_symmetry's).
+    const double mixed_rows = ((o == 0).any(1) & (o > 0).any(1)).to(torch::kFloat64).mean().item<double>();
+    v.data["outputs_min"] = number(smallest);
+    v.data["outputs_exactly_zero"] = zeros;
+    if (smallest >= 0) v.evidence += "; no output is negative, " + percent(zeros) + " are exactly 0";
+    if (smallest >= 0 && zeros >= 0.1 && mixed_rows >= 0.5) {
+      v.named = {"output"};
+      fail(v, kRankLossMismatch,
+           "the logits are non-negative: none of them is below 0 and " + percent(zeros) +
+               " are exactly 0, clipped by a rectifier before the loss (cross-entropy takes logits of either sign: a "
+               "clipped class cannot be pushed down, and a unit stuck at 0 gets no gradient)",
+           "drop the ReLU (or other rectifier) after the last layer: give the last Linear's output to the loss");
+    } else if (std::fabs(loss - twice) <= 1e-5 * (1 + std::fabs(twice)) && std::fabs(twice - ce) > 1e-3) {
       v.named = {"loss"};
       fail(v, kRankLossMismatch,
            "softmax is applied twice: the loss takes a softmax of the outputs and then a cross-entropy, which applies "
@@ -520,7 +493,7 @@ VitalSign overfit_one_batch(const ScenarioFactory& make, const Probe& probe, con
     }
   }
   // Falling, if slowly: below a quarter of the first loss and of chance level
-  // (log classes); or below 60% of the first loss and still falling over the
+  // (log classes); or below 70% of the first loss and still falling over the
   // last tenth of the budget (a low learning rate, a larger model).
   const size_t tenth = losses.size() / 10;
   auto mean = [&](size_t from, size_t to) {
@@ -528,8 +501,8 @@ VitalSign overfit_one_batch(const ScenarioFactory& make, const Probe& probe, con
     for (size_t i = from; i < to; ++i) sum += losses[i];
     return sum / double(std::max<size_t>(to - from, 1));
   };
-  const bool still_falling = tenth >= 5 && last <= 0.6 * first &&
-                             mean(losses.size() - tenth, losses.size()) < 0.98 * mean(losses.size() - 2 * tenth, losses.size() - tenth);
+  const bool still_falling = tenth >= 5 && last <= 0.7 * first &&
+                             mean(losses.size() - tenth, losses.size()) < 0.99 * mean(losses.size() - 2 * tenth, losses.size() - tenth);
   const bool fell = std::isfinite(last) &&
                     (last <= 0.25 * std::min(first, std::log(double(probe.classes))) || still_falling);
   v.data = {{"first_loss", number(first)}, {"final_loss", number(last)}, {"steps", steps},
@@ -559,7 +532,11 @@ VitalSign overfit_one_batch(const ScenarioFactory& make, const Probe& probe, con
   int64_t present = 0;
   const std::map<int64_t, int64_t> shifted = shifted_classes(preds, probe.classes, &present);
   v.data["shifted_classes"] = shifted.size();
-  if (present > 0 && double(shifted.size()) >= 0.7 * double(present)) {
+  std::set<int64_t> targets_of_shift;
+  for (const auto& [from, to] : shifted) targets_of_shift.insert(to);
+  v.data["shift_targets"] = targets_of_shift.size();
+  if (present > 0 && double(shifted.size()) >= 0.7 * double(present) &&
+      double(targets_of_shift.size()) >= 0.7 * double(shifted.size())) {
     std::string map;
     for (const auto& [from, to] : shifted) {
       map += (map.empty() ? "" : ", ") + std::to_string(from) + "->" + std::to_string(to);
@@ -1117,11 +1094,16 @@ VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
   const Batch& b = p.batches.front();
   const int64_t n = b.inputs.dim() ? b.inputs.size(0) : 0;
   const torch::Tensor a = fixed_outputs(s, b), again = fixed_outputs(s, b);
-  torch::Tensor part;
+  torch::Tensor part, reversed;
   if (n >= 4 && a.dim() >= 1 && a.size(0) == n) {
     Batch half;
     half.inputs = b.inputs.slice(0, 0, n / 2);
     part = fixed_outputs(s, half);
+    // The batch in reverse order: every sample's output must come back, reversed. (The first half
+    // alone misses mixing that runs one way along the batch: an RNN fed the batch as its time axis.)
+    Batch flipped;
+    flipped.inputs = b.inputs.flip(0);
+    reversed = fixed_outputs(s, flipped);
   }
   // The train/eval gap, on this throwaway scenario (a training-mode forward
   // moves batch norm's running statistics), and the modules whose output
@@ -1150,10 +1132,14 @@ VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
   const double repeat = (a - again).abs().max().item<double>();
   double predictions_differ = 0;
   if (a.dim() == 2 && a.size(1) > 1) predictions_differ = (a.argmax(1) != again.argmax(1)).to(torch::kFloat64).mean().item<double>();
-  const double batch_effect =
+  const double half_effect =
       part.defined() && part.sizes() == a.slice(0, 0, n / 2).sizes() ? (part - a.slice(0, 0, n / 2)).abs().max().item<double>() : 0;
+  const double order_effect =
+      reversed.defined() && reversed.sizes() == a.sizes() ? (reversed.flip(0) - a).abs().max().item<double>() : 0;
+  const double batch_effect = std::max(half_effect, order_effect);
   v.data = {{"repeat_max_diff", number(repeat)}, {"predictions_differ", predictions_differ},
-            {"batch_effect_max_diff", number(batch_effect)}, {"output_scale", number(scale)},
+            {"batch_effect_max_diff", number(batch_effect)}, {"half_batch_max_diff", number(half_effect)},
+            {"reversed_batch_max_diff", number(order_effect)}, {"output_scale", number(scale)},
             {"train_eval_gap", number(gap)}, {"mode_dependent_modules", mode_dependent}};
   std::vector<std::string> eval_modules;  // the whole model, or the submodules in eval mode
   for (const auto& [m, steps] : w.not_training) {
@@ -1162,7 +1148,8 @@ VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
   v.data["eval_mode_during_training"] = eval_modules;
   v.evidence = "two eval passes of one batch: max difference " + fmt(repeat) +
                (predictions_differ > 0 ? " (" + percent(predictions_differ) + " of predicted classes differ)" : "") +
-               "; half of the batch alone: max difference " + fmt(batch_effect) + " (outputs up to " + fmt(scale) +
+               "; half of the batch alone: max difference " + fmt(half_effect) + "; the batch reversed: " +
+               fmt(order_effect) + " (outputs up to " + fmt(scale) +
                "); train/eval gap " + fmt(gap) +
                (mode_dependent.empty() ? std::string(" (no Dropout or norm module)")
                                        : " (mode-dependent: " + list(mode_dependent, 4) + ")");
@@ -1177,9 +1164,11 @@ VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
   } else if (batch_effect > 1e-3 * (1e-3 + scale)) {
     v.named = {"forward"};
     fail(v, kRankEvalRandom,
-         "a sample's eval output depends on the other samples of its batch (up to " + fmt(batch_effect) + ")",
-         "something normalizes across the batch dimension in eval: softmax/mean/std over dim 0, a batch norm "
-         "that uses batch statistics in eval, or inputs standardized per batch");
+         "a sample's eval output depends on the other samples of its batch (up to " + fmt(batch_effect) +
+             (order_effect > half_effect ? ", measured by reversing the batch" : ", measured on half of the batch alone") + ")",
+         "something mixes the batch dimension: softmax/mean/std over dim 0, a batch norm that uses batch statistics "
+         "in eval, inputs standardized per batch, or a recurrent layer that takes dim 0 for time (nn.LSTM without "
+         "batch_first=True given (batch, time, features))");
   } else if (w.not_training.count("model")) {
     // The whole model (a submodule alone may be frozen in eval mode on purpose).
     v.named = {"model"};
@@ -1463,7 +1452,8 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
                                      "eval_consistency",  "optimizer_coverage", "heldout_inputs",    "loss_output_mismatch",
                                      "loss_domain",       "lr_schedule",       "grad_accumulation",      "overfit_one_batch",
                                      "frozen_output",     "gradient_flow",     "dead_units",         "non_finite_source",
-                                     "prediction_collapse", "grad_norm_range", "monitor_health"};
+                                     "prediction_collapse", "grad_norm_range", "monitor_health", "target_leak",
+                                     "batch_composition", "init_symmetry",  "batchnorm_batch_size", "loss_scale"};
   auto rest_skipped = [&](const std::string& why) {
     for (const char* name : kAll) {
       if (report.find(name) == nullptr) report.signs.push_back(skipped(name, why));
@@ -1489,12 +1479,16 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     const size_t optimizers = s->optimizers().size();
     parameter_slots(*s);  // the contract: every optimized tensor is a model parameter, none in two optimizers
     report.signs.push_back(timed([&] { return input_scale(p); }));
+    report.signs.push_back(timed([&] { return target_leak(*s, p.batches.front()); }));
+    report.signs.push_back(timed([&] { return init_symmetry(*s); }));  // before any step changes the parameters
+    report.signs.push_back(timed([&] { return batchnorm_batch_size(*s, p.batches.front()); }));
     report.signs.push_back(timed([&] { return loss_output_mismatch(*s, p.batches.front()); }));
     const torch::Tensor first_out = [&] {
       torch::NoGradGuard no_grad;
       return guarded("forward", [&] { return s->forward(p.batches.front().inputs, Tap()); }).detach();
     }();
     const Clock::time_point probe_start = Clock::now();
+    const double scaling = loss_batch_scaling(*s, p.batches.front());
     const LossProbe probe = probe_loss(*s, first_out, p.batches.front());
     const double probe_seconds = seconds_since(probe_start);
     s.reset();
@@ -1518,11 +1512,13 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     }));
     report.signs.push_back(timed([&] { return loss_shapes(first_out, p.batches.front(), probe, warning_map(warnings.counts())); }));
     report.signs.push_back(timed([&] { return label_balance(w, p.classes); }));
+    report.signs.push_back(timed([&] { return batch_composition(w.records, p.classes); }));
     report.signs.push_back(timed([&] { return input_dependence(w); }));
     report.signs.push_back(timed([&] { return optimizer_coverage(w, optimizers); }));
     report.signs.push_back(timed([&] { return heldout_inputs(p); }));
     const bool classification = first_out.dim() == 2 && first_out.size(1) > 1 && class_ids(p.batches.front().targets);
     report.signs.push_back(timed([&] { return loss_domain(w, probe, classification || binary_targets(first_out, p.batches.front().targets)); }));
+    report.signs.push_back(loss_scale(scaling, p.batches.front().inputs.size(0), w.records, w.verdict));
     report.signs.push_back(timed([&] { return lr_schedule(w); }));
     report.signs.push_back(timed([&] { return grad_accumulation(w); }));
     report.signs.push_back(timed([&] { return frozen_output(w, p); }));

@@ -132,7 +132,9 @@ json HealthJudge::state() const {
           {"phase_steps", phase_steps_},
           {"onset_seen", onset_seen_},
           {"series", series_},
-          {"history", rows}};
+          {"history", rows},
+          {"judged_any", judged_any_},
+          {"zero_started", zero_started_}};
 }
 
 // Checkpoints written before the growth, sigma and attribution state existed
@@ -158,6 +160,8 @@ void HealthJudge::restore(const json& state) {
   for (const json& row : state.value("history", json::array())) {
     history_.emplace_back(row.at("step").get<int64_t>(), numbers_from(row.at("values")));
   }
+  judged_any_ = state.value("judged_any", phase_ >= 0);
+  zero_started_ = state.value("zero_started", std::map<std::string, double>{});
 }
 
 void HealthJudge::start_phase(int64_t phase) {
@@ -308,6 +312,12 @@ void HealthJudge::judge(StepRecord& r) {
   r.hits.clear();
   r.movers.clear();
   if (r.phase != phase_) start_phase(r.phase);
+  for (const LayerStats& l : r.layers) {  // zero-started weights, and the size of their first step
+    if (!judged_any_ && l.is_weight && !l.adaptive && l.param_norm_before == 0) zero_started_[l.name] = 0;
+    const auto it = zero_started_.find(l.name);
+    if (it != zero_started_.end() && it->second == 0 && std::isfinite(l.param_norm_after)) it->second = l.param_norm_after;
+  }
+  judged_any_ = true;
   const std::vector<double> series = series_values(r);
   const HealthRules& h = rules_;
   const bool finite = !r.fault && all_finite(r);
@@ -333,6 +343,14 @@ void HealthJudge::judge(StepRecord& r) {
     };
     std::array<Worst, kLayerRuleFields.size()> worst{};
     each_tensor_judged(r, [&](TensorRule rule, const std::string& tensor, double value) {
+      if (rule == kParamJumpRule) {
+        const auto zero = zero_started_.find(tensor);
+        if (zero != zero_started_.end()) {
+          const LayerStats& l = *std::find_if(r.layers.begin(), r.layers.end(), [&](const LayerStats& x) { return x.name == tensor; });
+          value = std::fabs(l.param_norm_after - l.param_norm_before) /
+                  std::max(l.param_norm_before, kZeroStartScale * zero->second);
+        }
+      }
       const double lim = tensor_limit(h, rule, tensor);
       if (lim > 0 && value > lim && value / lim > worst[rule].ratio) worst[rule] = {value / lim, value, lim, &tensor};
     });

@@ -49,6 +49,7 @@
 
 #include <cmath>
 #include <deque>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -183,6 +184,16 @@ class HealthJudge {
   // Onset attribution: "tensor\tquantity" per series, and the latest rows.
   std::vector<std::string> series_;
   std::deque<std::pair<int64_t, std::vector<double>>> history_;
+  // Weights at exactly zero entering the first judged step (a zero-initialized
+  // output layer, LoRA's B, a residual branch meant to start at zero), with
+  // the norm their first step gave them (0 until one did). Such a weight has
+  // no scale of its own: its jump is judged against the larger of its norm and
+  // kZeroStartScale times that first step (momentum builds steps up to 1/(1 -
+  // beta) = 10x the first; at the limit 0.5 that is 20x).
+  std::map<std::string, double> zero_started_;
+  bool judged_any_ = false;
 };
+
+inline constexpr double kZeroStartScale = 20.0;
 
 }  // namespace spikehunt

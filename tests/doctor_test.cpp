@@ -42,7 +42,7 @@ TEST(Doctor, HealthyControlPassesEverySign) {
   const DoctorReport r = doctor("healthy");
   EXPECT_TRUE(r.passed()) << doctor_text(r);
   EXPECT_EQ(r.top(), nullptr);
-  EXPECT_EQ(r.signs.size(), 20u);
+  EXPECT_EQ(r.signs.size(), 25u);
   for (const VitalSign& s : r.signs) EXPECT_FALSE(s.skipped) << s.name << ": " << s.evidence;
   EXPECT_EQ(r.parameters, 55050);
   EXPECT_NE(doctor_text(r).find("no vital sign failed"), std::string::npos);
@@ -137,7 +137,7 @@ TEST(Doctor, UnknownPlantedBugIsBadInput) {
 TEST(DoctorCli, ExitCodesAndJson) {
   auto r = testing::run_spikehunt("doctor --planted healthy");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("20 vital signs: 20 passed, 0 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("25 vital signs: 25 passed, 0 failed"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("planted bug healthy: mlp 2x64, relu, 55,050 parameters"), std::string::npos) << r.output;
   r = testing::run_spikehunt("doctor --planted dead_relu --json");
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -273,8 +273,13 @@ TEST(DoctorUserCode, ABroadcastingRegressionLossIsNamedWithLibTorchsOwnWarning) 
   // Every warning LibTorch raised while the doctor ran the code, counted, each shown once.
   const nlohmann::json& warnings = r.top()->data["warnings"];
   ASSERT_FALSE(warnings.empty()) << r.top()->evidence;
-  EXPECT_NE(warnings.begin().key().find("Using a target size"), std::string::npos) << warnings.dump();
-  EXPECT_GT(warnings.begin().value().get<int64_t>(), 40);
+  // The training run's warning (the loss_scale probe's halves raise their own, for [4] against [4, 1]).
+  int64_t most = 0;
+  for (const auto& [text, count] : warnings.items()) {
+    EXPECT_NE(text.find("Using a target size"), std::string::npos) << warnings.dump();
+    most = std::max(most, count.get<int64_t>());
+  }
+  EXPECT_GT(most, 40) << warnings.dump();
 }
 
 TEST(DoctorUserCode, ANegativeClassificationLossIsOutOfItsDomain) {

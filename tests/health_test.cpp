@@ -48,6 +48,39 @@ TEST(Health, OrdinaryStepsAreFinite) {
   }
 }
 
+// A weight at exactly zero entering the first step (a zero-initialized head, LoRA's B) has no scale
+// of its own: its early growth from zero is not a jump, judged against 20x its first step; a weight
+// that starts non-zero is judged against its own norm, as before; a real jump of the zero-started
+// one still fires; the judge's checkpoint state carries which weights started at zero.
+TEST(Health, AZeroStartedWeightsGrowthFromZeroIsNotAJump) {
+  auto two = [](int64_t i, double head_before, double head_after) {
+    StepRecord r = step(i);
+    LayerStats head;
+    head.name = "head.weight";
+    head.is_weight = true;
+    head.param_norm_before = head_before;
+    head.param_norm_after = head_after;
+    r.layers.push_back(head);
+    return r;
+  };
+  HealthJudge judge(HealthRules{});
+  EXPECT_EQ(judged(judge, two(0, 0.0, 0.05)).health, Health::kFinite);
+  // Momentum builds the steps up: 0.05 -> 0.13 -> 0.25 is a jump of 1.6 and 0.9 against its own norm.
+  StepRecord r1 = judged(judge, two(1, 0.05, 0.13));
+  EXPECT_FALSE(fired(r1, "param_jump_limit")) << (r1.hits.empty() ? "" : r1.hits[0].describe());
+  EXPECT_FALSE(fired(judged(judge, two(2, 0.13, 0.25)), "param_jump_limit"));
+  HealthJudge restored(HealthRules{});
+  restored.restore(judge.state());
+  EXPECT_EQ(judge.state().at("zero_started").at("head.weight").get<double>(), 0.05);
+  // A jump past 20x its first step's 0.5 limit: 0.25 -> 1.0 is 0.75 / max(0.25, 1.0) = 0.75.
+  StepRecord blow = judged(restored, two(3, 0.25, 1.0));
+  ASSERT_TRUE(fired(blow, "param_jump_limit"));
+  EXPECT_EQ(blow.hits[0].tensor, "head.weight");
+  // The same growth on a weight that did not start at zero: a jump, as before.
+  HealthJudge plain(HealthRules{});
+  EXPECT_TRUE(fired(judged(plain, two(0, 0.05, 0.13)), "param_jump_limit"));
+}
+
 TEST(Health, EachLimitRuleFiresAboveItsLimitOnly) {
   const HealthRules rules;
   struct Case {

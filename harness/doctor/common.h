@@ -1,0 +1,117 @@
+// doctor/common.h — what the doctor's signs share (internal to harness/):
+// building a VitalSign (sign, fail, skipped), the ranking of failed signs,
+// running the user's code as training code (guarded), evaluation mode while
+// alive. harness/doctor.cpp assembles the signs; the probes of one family
+// live in a file of this folder each (data.cpp: the data and the model as
+// handed over, read before training).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "harness/doctor.h"
+#include "harness/record.h"
+#include "harness/training_error.h"
+
+namespace spikehunt::doctor_detail {
+
+// How likely a failed sign is the root cause: lower first (VitalSign::rank).
+// A cause found by an intervention or read from the data ranks above every
+// consequence (overflow, dead units, cannot memorize, collapse, the monitor).
+enum Rank {  // as docs/doctor.md's table numbers them
+  kRankCodeError = 1,
+  kRankBadInputValues = 2,
+  kRankNanInput = 3,
+  kRankLossShapes = 4,
+  kRankOneClass = 5,
+  kRankTargetLeak = 6,
+  kRankBatchComposition = 7,
+  kRankInitSymmetry = 8,
+  kRankConstantOutput = 9,
+  kRankEvalRandom = 10,
+  kRankBatchNormBatch = 11,
+  kRankCoverage = 12,
+  kRankHeldoutInputs = 13,
+  kRankInputScale = 14,
+  kRankLossMismatch = 15,
+  kRankLossScale = 16,
+  kRankLossDomain = 17,
+  kRankLrSchedule = 18,
+  kRankGradAccumulation = 19,
+  kRankFrozen = 20,
+  kRankOpMakesNaN = 21,
+  kRankLossUnstableAfterNaN = 22,  // the loss probe, when the run's own NaN already points at the loss
+  kRankShiftedLabels = 23,
+  kRankDeadUnits = 24,
+  kRankOverflow = 25,
+  kRankGradientFlow = 26,
+  kRankCollapse = 27,
+  kRankOverfit = 28,
+  kRankHealth = 29,
+  kRankGradRange = 30,
+};
+
+inline std::string list(const std::vector<std::string>& names, size_t max = 6) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < max; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > max) s += " and " + std::to_string(names.size() - max) + " more";
+  return s;
+}
+
+inline VitalSign sign(const char* name) {
+  VitalSign v;
+  v.name = name;
+  return v;
+}
+
+inline void fail(VitalSign& v, int rank, std::string cause, std::string hint) {
+  v.passed = false;
+  v.rank = rank;
+  v.cause = std::move(cause);
+  v.hint = std::move(hint);
+}
+
+inline VitalSign skipped(const char* name, const std::string& why) {
+  VitalSign v = sign(name);
+  v.skipped = true;
+  v.evidence = why;
+  return v;
+}
+
+// Scenario code that is not a training step (a forward on a probe batch,
+// held-out data, construction): what it throws is a TrainingError.
+template <class F>
+auto guarded(const char* stage, F&& f, const ErrorContext& context = {}) -> decltype(f()) {
+  return in_training_code(stage, context, std::forward<F>(f));
+}
+
+// Evaluation mode (no dropout) while alive.
+struct EvalMode {
+  explicit EvalMode(torch::nn::Module& m) : model(m), was(m.is_training()) { m.eval(); }
+  ~EvalMode() { model.train(was); }
+  torch::nn::Module& model;
+  bool was;
+};
+
+// The probes of doctor/data.cpp. Each reads a fresh scenario (or the
+// watched run's records) and says what it measured.
+//   batch_composition  the labels of each watched batch against all of them: one class a batch
+//   target_leak        targets that are the inputs; outputs at a position that change with the
+//                      inputs at later positions (a decoder that sees what it predicts)
+//   init_symmetry      at step 0, a weight whose units (rows) are identical and not zero
+//   batchnorm_batch_size  BatchNorm trained on batches too small to estimate its statistics
+//   loss_scale         the loss of a batch against its halves' losses: a sum over samples, where
+//                      the run shows what it did with a mean's learning rate
+// The batch's loss over the mean of its halves' losses, in eval mode: 1 for a mean
+// over samples, 2 for a sum; NAN when it cannot be measured.
+double loss_batch_scaling(Scenario& fresh, const Batch& batch);
+VitalSign loss_scale(double scaling, int64_t batch_size, const std::vector<StepRecord>& records, const Verdict& verdict);
+VitalSign batch_composition(const std::vector<StepRecord>& records, int64_t classes);
+VitalSign target_leak(Scenario& fresh, const Batch& batch);
+VitalSign init_symmetry(Scenario& fresh);
+VitalSign batchnorm_batch_size(Scenario& fresh, const Batch& batch);
+
+}  // namespace spikehunt::doctor_detail

@@ -1,0 +1,268 @@
+// doctor/data.cpp — probes of what the training code hands over, read before
+// (or beside) training: the labels of each batch, targets against inputs, the
+// parameters at step 0, BatchNorm against the batch size. Each states what it
+// measured and what a correct program shows.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "base/json.h"
+#include "base/number_format.h"
+#include "harness/doctor/common.h"
+
+namespace spikehunt::doctor_detail {
+
+namespace {
+
+std::string module_kind(const std::string& name) {  // "torch::nn::BatchNorm2d" or a Python class: "BatchNorm2d"
+  return name.substr(name.rfind(':') == std::string::npos ? 0 : name.rfind(':') + 1);
+}
+
+bool integer_tokens(const torch::Tensor& t) {
+  return t.defined() && !t.is_floating_point() && t.scalar_type() != torch::kBool && t.dim() == 2;
+}
+
+}  // namespace
+
+double loss_batch_scaling(Scenario& s, const Batch& b) {
+  const int64_t n = b.inputs.dim() ? b.inputs.size(0) : 0;
+  if (n < 4 || !b.targets.defined() || b.targets.dim() == 0 || b.targets.size(0) != n) return NAN;
+  EvalMode eval(s.model());
+  torch::NoGradGuard no_grad;
+  auto loss_of = [&](int64_t from, int64_t to) {
+    const torch::Tensor x = b.inputs.slice(0, from, to), y = b.targets.slice(0, from, to);
+    const torch::Tensor out = guarded("forward", [&] { return s.forward(x, Tap()); });
+    return guarded("loss", [&] { return s.loss(out, y); }).item<double>();
+  };
+  const double whole = loss_of(0, n), halves = 0.5 * (loss_of(0, n / 2) + loss_of(n / 2, n));
+  if (!std::isfinite(whole) || !std::isfinite(halves) || std::fabs(halves) < 1e-8) return NAN;
+  return whole / halves;
+}
+
+VitalSign loss_scale(double scaling, int64_t n, const std::vector<StepRecord>& records, const Verdict& verdict) {
+  VitalSign v = sign("loss_scale");
+  if (!std::isfinite(scaling)) return skipped("loss_scale", "the loss of the batch's halves could not be compared");
+  double peak = 0;
+  for (const StepRecord& r : records) peak = std::max(peak, std::isfinite(r.grad_norm) ? r.grad_norm : INFINITY);
+  const bool summed = scaling > 1.8 && scaling < 2.2;
+  v.data = {{"batch_over_halves", number(scaling)}, {"batch_size", n}, {"peak_grad_norm", number(peak)}};
+  v.evidence = "the batch's loss is " + fmt(scaling) + "x the mean of its halves' losses (a mean over samples gives 1, "
+               "a sum 2)";
+  if (!summed) return v;
+  const double lr = records.empty() ? NAN : records.front().lr;
+  std::string consequence;
+  if (verdict.outcome == Outcome::kNonFinite && verdict.failure_step) {
+    consequence = "the run went non-finite at step " + std::to_string(*verdict.failure_step);
+  } else if (peak > 100) {
+    consequence = "the gradient norm reached " + fmt(peak);
+  } else if (verdict.outcome == Outcome::kExtreme && verdict.onset_step) {
+    consequence = "the run went extreme at step " + std::to_string(*verdict.onset_step);
+  }
+  v.evidence += ": summed over the batch" + (consequence.empty() ? "; the watched run stayed within bounds" : "; " + consequence);
+  if (consequence.empty()) return v;
+  v.named = {"loss"};
+  fail(v, kRankLossScale,
+       "the loss is summed over the batch, not averaged: a batch's loss is " + fmt(scaling) +
+           "x the mean of its halves', so its gradient and each step are " + std::to_string(n) +
+           "x a mean's at the same learning rate (" + fmt(lr) + "), and " + consequence,
+       "average the loss over the batch (reduction=\"mean\", the default), or divide the learning rate by the batch "
+       "size: with a sum, the step grows with the batch");
+  return v;
+}
+
+VitalSign batch_composition(const std::vector<StepRecord>& records, int64_t classes) {
+  VitalSign v = sign("batch_composition");
+  std::vector<int64_t> total(size_t(std::max<int64_t>(classes, 0)), 0);
+  int64_t batches = 0, single = 0, samples = 0;
+  double present_sum = 0;
+  for (const StepRecord& r : records) {
+    int64_t present = 0, n = 0;
+    for (size_t c = 0; c < r.label_histogram.size() && c < total.size(); ++c) {
+      present += r.label_histogram[c] > 0;
+      n += r.label_histogram[c];
+      total[c] += r.label_histogram[c];
+    }
+    if (n == 0) continue;
+    ++batches;
+    single += present == 1;
+    present_sum += double(present);
+    samples += n;
+  }
+  if (batches < 4) return skipped("batch_composition", "fewer than 4 watched batches with class labels");
+  const double per_batch = double(samples) / double(batches);
+  // What random draws of that size from the run's own labels would hold: sum over classes of 1 - (1 - p)^n.
+  double expected = 0;
+  int64_t seen = 0;
+  for (int64_t t : total) {
+    if (t == 0) continue;
+    ++seen;
+    expected += 1 - std::pow(1 - double(t) / double(samples), per_batch);
+  }
+  const double mean = present_sum / double(batches);
+  v.data = {{"batches", batches}, {"single_class_batches", single}, {"classes_per_batch", number(mean)},
+            {"classes_per_random_batch", number(expected)}, {"classes_in_run", seen}};
+  v.evidence = std::to_string(batches) + " watched batches of " + fmt(per_batch) + " labels hold " + fmt(mean) +
+               " classes each on average (" + std::to_string(single) + " hold one); random draws of that size from "
+               "the same " + std::to_string(seen) + " classes would hold " + fmt(expected);
+  if (seen >= 2 && expected >= 2 && mean <= 0.5 * expected) {
+    v.named = {"data order"};
+    fail(v,
+         kRankBatchComposition,
+         (single * 2 >= batches ? "each training batch holds one class (" + std::to_string(single) + " of " +
+                                      std::to_string(batches) + " watched batches)"
+                                : "the training batches hold " + fmt(mean) + " classes each") +
+             " where random draws from the same labels hold " + fmt(expected) +
+             ": the data arrives in class order, not shuffled",
+         "shuffle the training data (DataLoader(shuffle=True) or a random sampler): trained one class at a time, the "
+         "model forgets the others and ends up predicting the last class it saw");
+  }
+  return v;
+}
+
+VitalSign target_leak(Scenario& s, const Batch& b) {
+  VitalSign v = sign("target_leak");
+  const torch::Tensor x = b.inputs, y = b.targets;
+  if (!integer_tokens(x) || !y.defined() || y.is_floating_point() || y.sizes() != x.sizes() || x.size(1) < 4) {
+    v.evidence = "inputs " + c10::str(x.sizes()) + ", targets " + (y.defined() ? c10::str(y.sizes()) : "none") +
+                 ": not token sequences with a target per position";
+    return v;
+  }
+  const torch::Tensor xl = x.to(torch::kCPU).to(torch::kInt64), yl = y.to(torch::kCPU).to(torch::kInt64);
+  const double same = (xl == yl).to(torch::kFloat64).mean().item<double>();
+  const double next = (yl.slice(1, 0, -1) == xl.slice(1, 1)).to(torch::kFloat64).mean().item<double>();
+  v.data = {{"targets_equal_inputs", same}, {"targets_equal_next_inputs", next}};
+  v.evidence = "targets equal the input at their position for " + percent(same) + " of positions, the next input for " +
+               percent(next);
+  if (same >= 0.9) {
+    v.named = {"targets"};
+    fail(v, kRankTargetLeak,
+         "the targets are the inputs: " + percent(same) + " of the targets equal the input at their own position, so "
+         "the model learns to copy what it sees",
+         "for next-token prediction the target at position t is the input at t + 1: shift the labels by one (or pass "
+         "labels = input_ids only to models that shift them themselves)");
+    return v;
+  }
+  if (next < 0.9) return v;
+  // Next-token prediction: the output at position t must not depend on inputs after t.
+  torch::Tensor changed = x.clone();
+  const int64_t last = x.size(1) - 1;
+  changed.select(1, last).copy_(x.select(1, last).roll(1, 0));  // another sample's token at the last position
+  changed.select(1, last).masked_fill_(changed.select(1, last) == x.select(1, last), 0);
+  // Each pass from the same random state (a forward left random in eval mode, eval_consistency's
+  // finding, then draws the same numbers), the caller's state put back after.
+  torch::Tensor a, again, c;
+  {
+    EvalMode eval(s.model());
+    torch::NoGradGuard no_grad;
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    const torch::Tensor saved = [&] {
+      std::lock_guard<std::mutex> lock(cpu.mutex());
+      return cpu.get_state();
+    }();
+    auto pass = [&](const torch::Tensor& in) {
+      {
+        std::lock_guard<std::mutex> lock(cpu.mutex());
+        cpu.set_current_seed(0x5eed);
+      }
+      return guarded("forward", [&] { return s.forward(in, Tap()); }).detach().to(torch::kFloat64);
+    };
+    a = pass(x);
+    again = pass(x);
+    c = pass(changed);
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    cpu.set_state(saved);
+  }
+  if (a.dim() < 2 || a.size(0) != x.size(0) || a.size(1) != x.size(1) || a.sizes() != c.sizes()) {
+    v.evidence += "; outputs " + c10::str(a.sizes()) + ": not one per position";
+    return v;
+  }
+  const double scale = a.abs().max().item<double>();
+  const double noise = (a - again).abs().max().item<double>();
+  if (noise > 0) {
+    v.evidence += "; two passes of the same input from the same random state differ (by " + fmt(noise) +
+                  "): whether earlier positions see later ones cannot be told";
+    return v;
+  }
+  const double earlier = (a.slice(1, 0, last) - c.slice(1, 0, last)).abs().max().item<double>();
+  v.data["earlier_outputs_change"] = number(earlier);
+  v.evidence += "; changing the last position's input changes the outputs at earlier positions by up to " +
+                fmt(earlier) + " (outputs up to " + fmt(scale) + ")";
+  if (earlier > 1e-5 * (1 + scale)) {
+    v.named = {"forward"};
+    fail(v, kRankTargetLeak,
+         "the outputs at a position depend on the inputs at later positions (up to " + fmt(earlier) +
+             "), and each target is the next input: the model sees the token it is asked to predict",
+         "mask attention to later positions (a causal mask: tril, is_causal=True), and keep any other mixing along "
+         "the sequence one-directional");
+  }
+  return v;
+}
+
+VitalSign init_symmetry(Scenario& s) {
+  VitalSign v = sign("init_symmetry");
+  torch::NoGradGuard no_grad;
+  std::vector<std::pair<std::string, torch::Tensor>> weights;
+  for (const auto& p : s.model().named_parameters()) {
+    if (p.value().dim() >= 2 && p.value().size(0) >= 2) weights.emplace_back(p.key(), p.value().detach());
+  }
+  std::vector<std::string> identical;
+  std::string example;
+  for (size_t i = 0; i + 1 < weights.size(); ++i) {  // the last weight (the output layer) may start equal
+    const torch::Tensor rows = weights[i].second.reshape({weights[i].second.size(0), -1}).to(torch::kFloat64);
+    const double spread = (rows - rows[0]).abs().max().item<double>();
+    const double size = rows[0].abs().max().item<double>();
+    if (spread == 0 && size > 0) {
+      identical.push_back(weights[i].first);
+      if (example.empty()) {
+        example = weights[i].first + ": all " + std::to_string(rows.size(0)) + " rows equal, largest |w| " + fmt(size);
+      }
+    }
+  }
+  v.data = {{"weights_checked", int64_t(weights.size() > 0 ? weights.size() - 1 : 0)}, {"identical_units", identical}};
+  v.evidence = identical.empty()
+                   ? "at step 0, no hidden weight has identical units (rows), of " +
+                         std::to_string(weights.size() > 0 ? weights.size() - 1 : 0)
+                   : "at step 0, " + std::to_string(identical.size()) + " weight(s) have every unit identical: " + example;
+  if (!identical.empty()) {
+    v.named = identical;
+    fail(v, kRankInitSymmetry,
+         "the units of " + list(identical, 4) + " are identical at step 0 (symmetric initialization: " + example +
+             "): units that start equal get equal gradients and can stay equal",
+         "initialize weights randomly (the layers' default init, or nn.init.kaiming_uniform_ / xavier_uniform_); a "
+         "constant or zero fill is only for an output layer or a residual branch meant to start at zero");
+  }
+  return v;
+}
+
+VitalSign batchnorm_batch_size(Scenario& s, const Batch& b) {
+  VitalSign v = sign("batchnorm_batch_size");
+  std::vector<std::string> norms;
+  for (const auto& m : s.model().named_modules("", /*include_self=*/false)) {
+    const std::string kind = module_kind(m.value()->name());
+    if (kind.rfind("BatchNorm", 0) == 0 || kind.rfind("SyncBatchNorm", 0) == 0) norms.push_back(m.key() + " (" + kind + ")");
+  }
+  const int64_t n = b.inputs.dim() ? b.inputs.size(0) : 0;
+  v.data = {{"batch_norm_modules", norms}, {"batch_size", n}};
+  if (norms.empty()) {
+    v.evidence = "no BatchNorm module";
+    return v;
+  }
+  v.evidence = std::to_string(norms.size()) + " BatchNorm module(s) (" + list(norms, 3) + "), training batches of " +
+               std::to_string(n);
+  if (n <= 2) {
+    v.named = norms;
+    fail(v, kRankBatchNormBatch,
+         "BatchNorm is trained on batches of " + std::to_string(n) + " sample" + (n == 1 ? "" : "s") +
+             ": in training it normalizes with that batch's statistics, which no running average seen in "
+             "evaluation matches",
+         "train with larger batches, or use a norm that does not depend on the batch (GroupNorm, LayerNorm), or "
+         "freeze BatchNorm's statistics");
+  }
+  return v;
+}
+
+}  // namespace spikehunt::doctor_detail
