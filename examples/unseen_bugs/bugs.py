@@ -199,6 +199,71 @@ class CausalMaskMissing(TextCase):
         self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
 
 
+# ---------------------------------------------------------------- the second batch (added after the first nine were fixed)
+
+class DropoutKeepProbAsP(FashionCase):
+    # hassony2/kinetics_i3d_pytorch#6 (https://github.com/hassony2/kinetics_i3d_pytorch/issues/6):
+    # "it says dropout_keep_prob=1 but in the PyTorch documentation p is the probability of an
+    # element to be zeroed" (also piergiaj/pytorch-i3d#58). A TensorFlow keep probability handed to
+    # nn.Dropout as its p.
+    def build(self):
+        dropout_keep_prob = 1.0
+        return nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Dropout(dropout_keep_prob), nn.Linear(128, 10))
+
+
+class PadTokensInLoss(TextCase):
+    # lukas-blecher/LaTeX-OCR#305 (https://github.com/lukas-blecher/LaTeX-OCR/issues/305): "the
+    # default value is -100, but [PAD] token's index = 0": the cross-entropy counts the padding
+    # positions, and "the model learns to predict PAD tokens". Sentences of the fortunes, each
+    # right-padded with 0 to the window, their targets padded the same.
+    def __init__(self, config):
+        super().__init__(config)
+        text = self.train_text
+        starts = (text == ord("\n")).nonzero().flatten()[:4097]
+        rows, targets = [], []
+        for a, b in zip(starts[:-1].tolist(), starts[1:].tolist()):
+            line = text[a + 1:b + 1][: self.block + 1]
+            padded = torch.zeros(self.block + 1, dtype=torch.long)
+            padded[: len(line)] = line
+            rows.append(padded[:-1])
+            targets.append(padded[1:])
+        self.x, self.y = torch.stack(rows), torch.stack(targets)
+        self.net = TinyGPT(Attention(32, self.block, 0.1))
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+    def loss(self, outputs, targets):  # ignore_index left at its default, -100
+        return F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1))
+
+
+class Residual(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.block = nn.Sequential(nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width))
+
+    def forward(self, x):
+        return x + self.block(x)
+
+
+class ResidualStackSharedByListMultiplication(FashionCase):
+    # zalandoresearch/pytorch-vq-vae#2 (https://github.com/zalandoresearch/pytorch-vq-vae/issues/2):
+    # "nn.ModuleList([Residual(...)] * self._num_residual_layers) duplicates a reference to a single
+    # Residual object instance" ("I think its a bug"; also deep-learning-with-pytorch/dlwpt-code#89).
+    def build(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inp = nn.Linear(784, 64)
+                self.layers = nn.ModuleList([Residual(64)] * 4)
+                self.out = nn.Linear(64, 10)
+
+            def forward(self, x):
+                h = self.inp(x)
+                for layer in self.layers:
+                    h = layer(h)
+                return self.out(F.relu(h))
+        return Net()
+
+
 # ---------------------------------------------------------------- healthy programs
 
 class HealthyBnDropoutCnn(FashionCase):
@@ -277,6 +342,9 @@ BUGS = {
     "batchnorm_on_batches_of_one": BatchNormOnBatchesOfOne,
     "lm_labels_not_shifted": LmLabelsNotShifted,
     "causal_mask_missing": CausalMaskMissing,
+    "dropout_keep_prob_as_p": DropoutKeepProbAsP,
+    "pad_tokens_in_loss": PadTokensInLoss,
+    "residual_stack_shared_by_list_multiplication": ResidualStackSharedByListMultiplication,
 }
 HEALTHY = {
     "healthy_bn_dropout_cnn": HealthyBnDropoutCnn,

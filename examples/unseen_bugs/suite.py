@@ -37,6 +37,11 @@ EXPECTED = {
     "batchnorm_on_batches_of_one": ("microsoft/CNTK#905", "batchnorm_batch_size", "batches of 1"),
     "lm_labels_not_shifted": ("KempnerInstitute/KempnerForge#154", "target_leak", "the targets are the inputs"),
     "causal_mask_missing": ("huggingface/transformers#48745", "target_leak", "later positions"),
+    # The second batch, written after the first nine were fixed and before the doctor ran on these:
+    "dropout_keep_prob_as_p": ("hassony2/kinetics_i3d_pytorch#6", "dropout_rate", "zeroes every"),
+    "pad_tokens_in_loss": ("lukas-blecher/LaTeX-OCR#305", "target_padding", "padding"),
+    "residual_stack_shared_by_list_multiplication": ("zalandoresearch/pytorch-vq-vae#2", "shared_modules",
+                                                     "the same module"),
 }
 SUITE = Suite(EXPECTED, bugs.HEALTHY, os.path.join(HERE, "unseen_bugs.json"))
 
