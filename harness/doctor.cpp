@@ -1453,7 +1453,8 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
                                      "loss_domain",       "lr_schedule",       "grad_accumulation",      "overfit_one_batch",
                                      "frozen_output",     "gradient_flow",     "dead_units",         "non_finite_source",
                                      "prediction_collapse", "grad_norm_range", "monitor_health", "target_leak",
-                                     "batch_composition", "init_symmetry",  "batchnorm_batch_size", "loss_scale"};
+                                     "batch_composition", "init_symmetry",  "batchnorm_batch_size", "loss_scale", "dropout_rate", "target_padding",
+                                     "shared_modules"};
   auto rest_skipped = [&](const std::string& why) {
     for (const char* name : kAll) {
       if (report.find(name) == nullptr) report.signs.push_back(skipped(name, why));
@@ -1482,6 +1483,9 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     report.signs.push_back(timed([&] { return target_leak(*s, p.batches.front()); }));
     report.signs.push_back(timed([&] { return init_symmetry(*s); }));  // before any step changes the parameters
     report.signs.push_back(timed([&] { return batchnorm_batch_size(*s, p.batches.front()); }));
+    report.signs.push_back(timed([&] { return dropout_rate(*s, p.batches.front()); }));
+    report.signs.push_back(timed([&] { return shared_modules(*s); }));
+    report.signs.push_back(timed([&] { return target_padding(*s, p.batches.front()); }));
     report.signs.push_back(timed([&] { return loss_output_mismatch(*s, p.batches.front()); }));
     const torch::Tensor first_out = [&] {
       torch::NoGradGuard no_grad;

@@ -569,6 +569,22 @@ class PyScenario : public Scenario {
   int64_t planned_steps() const override { return planned_; }
   std::vector<std::string> phase_names() const override { return phases_; }
   int64_t num_classes() const override { return classes_; }
+  // torch.nn.Module.named_modules() lists a shared module once: ask for every name it has.
+  std::vector<std::vector<std::string>> shared_modules() override {
+    py::gil_scoped_acquire gil;
+    std::vector<std::vector<std::string>> groups;
+    std::map<const PyObject*, size_t> seen;
+    for (const py::handle item : module_.get().attr("named_modules")(py::arg("remove_duplicate") = false)) {
+      const auto pair = item.cast<py::tuple>();
+      const std::string name = pair[0].cast<std::string>();
+      if (name.empty()) continue;
+      const auto [it, fresh] = seen.emplace(pair[1].ptr(), groups.size());
+      if (fresh) groups.push_back({});
+      groups[it->second].push_back(name);
+    }
+    groups.erase(std::remove_if(groups.begin(), groups.end(), [](const auto& g) { return g.size() < 2; }), groups.end());
+    return groups;
+  }
   torch::Device device() const override { return training_->device; }
 
   double grad_clip() const override {

@@ -1,5 +1,7 @@
 #include "scenarios/scenario.h"
 
+#include <algorithm>
+#include <map>
 #include <optional>
 #include <stdexcept>
 
@@ -45,6 +47,18 @@ std::vector<NamedOptimizer> Scenario::optimizers() {
 
 void Scenario::optimizer_step() {
   for (const NamedOptimizer& o : optimizers()) o.optimizer->step();
+}
+
+std::vector<std::vector<std::string>> Scenario::shared_modules() {
+  std::vector<std::vector<std::string>> groups;
+  std::map<const torch::nn::Module*, size_t> seen;  // module -> its group
+  for (const auto& m : model().named_modules("", /*include_self=*/false)) {
+    const auto [it, fresh] = seen.emplace(m.value().get(), groups.size());
+    if (fresh) groups.push_back({});
+    groups[it->second].push_back(m.key());
+  }
+  groups.erase(std::remove_if(groups.begin(), groups.end(), [](const auto& g) { return g.size() < 2; }), groups.end());
+  return groups;
 }
 
 std::vector<NamedTensor> Scenario::optimizer_state() {

@@ -136,6 +136,12 @@ class Scenario {
   // before the first step.
   virtual std::vector<NamedTensor> optimizer_state();
 
+  // Submodules reached under more than one name (one module object registered
+  // in several places, as nn.ModuleList([block] * 4) does): each group of
+  // names, in model order; empty when none is. The default reads model()'s
+  // tree; a Python scenario reads its torch.nn.Module's.
+  virtual std::vector<std::vector<std::string>> shared_modules();
+
   // The config the scenario was built from: make_scenario() binds it (a
   // scenario built directly has the defaults). The harness reads grad_clip,
   // schedule and accumulation_steps from it; a scenario reads its own knobs

@@ -6,6 +6,7 @@
 
 #include "harness/burst.h"
 #include "harness/doctor.h"
+#include "harness/doctor/common.h"
 #include "harness/training_error.h"
 #include "scenarios/planted.h"
 #include "test_util.h"
@@ -42,7 +43,7 @@ TEST(Doctor, HealthyControlPassesEverySign) {
   const DoctorReport r = doctor("healthy");
   EXPECT_TRUE(r.passed()) << doctor_text(r);
   EXPECT_EQ(r.top(), nullptr);
-  EXPECT_EQ(r.signs.size(), 25u);
+  EXPECT_EQ(r.signs.size(), 28u);
   for (const VitalSign& s : r.signs) EXPECT_FALSE(s.skipped) << s.name << ": " << s.evidence;
   EXPECT_EQ(r.parameters, 55050);
   EXPECT_NE(doctor_text(r).find("no vital sign failed"), std::string::npos);
@@ -137,7 +138,7 @@ TEST(Doctor, UnknownPlantedBugIsBadInput) {
 TEST(DoctorCli, ExitCodesAndJson) {
   auto r = testing::run_spikehunt("doctor --planted healthy");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("25 vital signs: 25 passed, 0 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("28 vital signs: 28 passed, 0 failed"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("planted bug healthy: mlp 2x64, relu, 55,050 parameters"), std::string::npos) << r.output;
   r = testing::run_spikehunt("doctor --planted dead_relu --json");
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -175,6 +176,13 @@ class Tiny : public Scenario {
     optimizer_ = std::make_unique<torch::optim::SGD>(split ? fc1_->parameters() : net_->parameters(),
                                                      torch::optim::SGDOptions(0.1).momentum(0.9));
     if (split) head_ = std::make_unique<torch::optim::SGD>(out_->parameters(), torch::optim::SGDOptions(0.1));
+    if (kind_ == "shared_stack") {  // nn.ModuleList([block] * 2) in LibTorch: one module under two names
+      torch::nn::Linear block(8, 8);
+      torch::nn::ModuleList stack;
+      stack->push_back(block);
+      stack->push_back(block);
+      net_->register_module("stack", stack);
+    }
     x_ = torch::randn({8, 16});
     if (kind_ == "raw_scale") x_ = x_ * 200;
     y_ = torch::arange(8) % 4;
@@ -224,6 +232,16 @@ DoctorReport tiny(const std::string& kind, int64_t outputs = 4) {
   o.steps = 40;
   o.overfit_steps = 300;
   return run_doctor([=] { return std::make_unique<Tiny>(kind, outputs); }, o);
+}
+
+TEST(DoctorUserCode, OneModuleUnderSeveralIndexedNamesIsNamed) {
+  Tiny shared("shared_stack", 4), plain("healthy", 4);
+  EXPECT_EQ(shared.shared_modules(), (std::vector<std::vector<std::string>>{{"stack.0", "stack.1"}}));
+  EXPECT_TRUE(plain.shared_modules().empty());
+  const VitalSign v = doctor_detail::shared_modules(shared);
+  ASSERT_FALSE(v.passed) << v.evidence;
+  EXPECT_NE(v.cause.find("the same module is stack.0, stack.1 (2 entries of stack)"), std::string::npos) << v.cause;
+  EXPECT_TRUE(doctor_detail::shared_modules(plain).passed);
 }
 
 TEST(DoctorUserCode, AThrowInTheLossIsADiagnosisWithItsStageAndCause) {

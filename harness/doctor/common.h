@@ -96,6 +96,20 @@ struct EvalMode {
   bool was;
 };
 
+// Keeps the default CPU generator's state: restored when it dies (a probe's
+// forward in training mode draws dropout masks).
+class KeepRng {
+ public:
+  KeepRng();
+  ~KeepRng();
+  KeepRng(const KeepRng&) = delete;
+  KeepRng& operator=(const KeepRng&) = delete;
+  void reseed(uint64_t seed);  // the same numbers for each pass that reseeds alike
+
+ private:
+  torch::Tensor saved_;
+};
+
 // The probes of doctor/data.cpp. Each reads a fresh scenario (or the
 // watched run's records) and says what it measured.
 //   batch_composition  the labels of each watched batch against all of them: one class a batch
@@ -113,5 +127,13 @@ VitalSign batch_composition(const std::vector<StepRecord>& records, int64_t clas
 VitalSign target_leak(Scenario& fresh, const Batch& batch);
 VitalSign init_symmetry(Scenario& fresh);
 VitalSign batchnorm_batch_size(Scenario& fresh, const Batch& batch);
+//   dropout_rate       in training mode every sample gets the same output where eval mode's differ:
+//                      something zeroes every activation in training (Dropout with p = 1)
+//   target_padding     token targets ending in runs of one token (padding) that the loss counts
+VitalSign dropout_rate(Scenario& fresh, const Batch& batch);
+//   shared_modules     one module registered under several indexed names of one container
+//                      ("layers.0", "layers.1", ...): the layers the code lays out share one set of weights
+VitalSign shared_modules(Scenario& fresh);
+VitalSign target_padding(Scenario& fresh, const Batch& batch);
 
 }  // namespace spikehunt::doctor_detail

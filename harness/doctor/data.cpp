@@ -3,6 +3,7 @@
 // parameters at step 0, BatchNorm against the batch size. Each states what it
 // measured and what a correct program shows.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -22,11 +23,40 @@ std::string module_kind(const std::string& name) {  // "torch::nn::BatchNorm2d" 
   return name.substr(name.rfind(':') == std::string::npos ? 0 : name.rfind(':') + 1);
 }
 
+// The submodules whose class (as module_kind reads it) `is` accepts: "name (Kind)" each.
+template <class Is>
+std::vector<std::string> modules_of_kind(torch::nn::Module& model, Is&& is) {
+  std::vector<std::string> out;
+  for (const auto& m : model.named_modules("", /*include_self=*/false)) {
+    const std::string kind = module_kind(m.value()->name());
+    if (is(kind)) out.push_back(m.key() + " (" + kind + ")");
+  }
+  return out;
+}
+
 bool integer_tokens(const torch::Tensor& t) {
   return t.defined() && !t.is_floating_point() && t.scalar_type() != torch::kBool && t.dim() == 2;
 }
 
 }  // namespace
+
+KeepRng::KeepRng() {
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(cpu.mutex());
+  saved_ = cpu.get_state();
+}
+
+KeepRng::~KeepRng() {
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(cpu.mutex());
+  cpu.set_state(saved_);
+}
+
+void KeepRng::reseed(uint64_t seed) {
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(cpu.mutex());
+  cpu.set_current_seed(seed);
+}
 
 double loss_batch_scaling(Scenario& s, const Batch& b) {
   const int64_t n = b.inputs.dim() ? b.inputs.size(0) : 0;
@@ -158,23 +188,14 @@ VitalSign target_leak(Scenario& s, const Batch& b) {
   {
     EvalMode eval(s.model());
     torch::NoGradGuard no_grad;
-    at::Generator cpu = at::detail::getDefaultCPUGenerator();
-    const torch::Tensor saved = [&] {
-      std::lock_guard<std::mutex> lock(cpu.mutex());
-      return cpu.get_state();
-    }();
+    KeepRng rng;
     auto pass = [&](const torch::Tensor& in) {
-      {
-        std::lock_guard<std::mutex> lock(cpu.mutex());
-        cpu.set_current_seed(0x5eed);
-      }
+      rng.reseed(0x5eed);
       return guarded("forward", [&] { return s.forward(in, Tap()); }).detach().to(torch::kFloat64);
     };
     a = pass(x);
     again = pass(x);
     c = pass(changed);
-    std::lock_guard<std::mutex> lock(cpu.mutex());
-    cpu.set_state(saved);
   }
   if (a.dim() < 2 || a.size(0) != x.size(0) || a.size(1) != x.size(1) || a.sizes() != c.sizes()) {
     v.evidence += "; outputs " + c10::str(a.sizes()) + ": not one per position";
@@ -240,11 +261,9 @@ VitalSign init_symmetry(Scenario& s) {
 
 VitalSign batchnorm_batch_size(Scenario& s, const Batch& b) {
   VitalSign v = sign("batchnorm_batch_size");
-  std::vector<std::string> norms;
-  for (const auto& m : s.model().named_modules("", /*include_self=*/false)) {
-    const std::string kind = module_kind(m.value()->name());
-    if (kind.rfind("BatchNorm", 0) == 0 || kind.rfind("SyncBatchNorm", 0) == 0) norms.push_back(m.key() + " (" + kind + ")");
-  }
+  const std::vector<std::string> norms = modules_of_kind(s.model(), [](const std::string& kind) {
+    return kind.rfind("BatchNorm", 0) == 0 || kind.rfind("SyncBatchNorm", 0) == 0;
+  });
   const int64_t n = b.inputs.dim() ? b.inputs.size(0) : 0;
   v.data = {{"batch_norm_modules", norms}, {"batch_size", n}};
   if (norms.empty()) {
@@ -261,6 +280,152 @@ VitalSign batchnorm_batch_size(Scenario& s, const Batch& b) {
              "evaluation matches",
          "train with larger batches, or use a norm that does not depend on the batch (GroupNorm, LayerNorm), or "
          "freeze BatchNorm's statistics");
+  }
+  return v;
+}
+
+VitalSign dropout_rate(Scenario& s, const Batch& b) {
+  VitalSign v = sign("dropout_rate");
+  const int64_t n = b.inputs.dim() ? b.inputs.size(0) : 0;
+  if (n < 2) return skipped("dropout_rate", "a batch of fewer than 2 samples");
+  const std::vector<std::string> dropouts =
+      modules_of_kind(s.model(), [](const std::string& kind) { return kind.find("Dropout") != std::string::npos; });
+  torch::Tensor train, eval;
+  {
+    torch::NoGradGuard no_grad;
+    KeepRng rng;
+    const bool was = s.model().is_training();
+    s.model().train();
+    rng.reseed(0x5eed);
+    train = guarded("forward", [&] { return s.forward(b.inputs, Tap()); }).detach().to(torch::kFloat64);
+    s.model().train(was);
+    EvalMode mode(s.model());
+    eval = guarded("forward", [&] { return s.forward(b.inputs, Tap()); }).detach().to(torch::kFloat64);
+  }
+  if (train.dim() < 1 || train.size(0) != n || eval.sizes() != train.sizes()) {
+    v.evidence = "outputs " + c10::str(train.sizes()) + ": not one per sample";
+    return v;
+  }
+  auto spread = [](const torch::Tensor& t) { return (t - t[0]).abs().max().item<double>(); };
+  const double in_training = spread(train), in_eval = spread(eval);
+  v.data = {{"training_spread", number(in_training)}, {"eval_spread", number(in_eval)}, {"dropout_modules", dropouts}};
+  v.evidence = "outputs across the fixed batch's samples differ by up to " + fmt(in_training) + " in training mode, " +
+               fmt(in_eval) + " in eval mode" + (dropouts.empty() ? "" : " (dropout: " + list(dropouts, 3) + ")");
+  if (in_training == 0 && in_eval > 0) {
+    v.named = dropouts.empty() ? std::vector<std::string>{"forward"} : dropouts;
+    fail(v, kRankEvalRandom,
+         "in training mode every sample gets the same output (eval mode's differ by up to " + fmt(in_eval) +
+             "): something zeroes every activation in training" +
+             (dropouts.empty() ? std::string() : ", and the model has " + list(dropouts, 3) +
+                                                     ": a Dropout's p is the probability of zeroing, so p = 1 "
+                                                     "zeroes every unit (a keep probability given as p?)"),
+         "give nn.Dropout the probability of dropping (TensorFlow 1's keep_prob is 1 - p)");
+  }
+  return v;
+}
+
+VitalSign target_padding(Scenario& s, const Batch& b) {
+  VitalSign v = sign("target_padding");
+  const torch::Tensor x = b.inputs, y = b.targets;
+  if (!integer_tokens(x) || !integer_tokens(y) || y.sizes() != x.sizes()) {
+    v.evidence = "not token sequences with a target per position";
+    return v;
+  }
+  const torch::Tensor yl = y.to(torch::kCPU).to(torch::kInt64).contiguous();
+  const int64_t rows = yl.size(0), t = yl.size(1);
+  // Each sequence's trailing run of one token, and the token most sequences end in.
+  std::map<int64_t, int64_t> endings;
+  for (int64_t i = 0; i < rows; ++i) ++endings[yl[i][t - 1].item<int64_t>()];
+  const auto common = std::max_element(endings.begin(), endings.end(),
+                                        [](const auto& a, const auto& c) { return a.second < c.second; });
+  const int64_t pad = common->first;
+  torch::Tensor in_run = torch::zeros_like(yl, torch::kBool);
+  int64_t padded_rows = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    int64_t k = t;
+    while (k > 0 && yl[i][k - 1].item<int64_t>() == pad) --k;
+    if (t - k >= 2) {
+      in_run[i].slice(0, k).fill_(true);
+      ++padded_rows;
+    }
+  }
+  const double share = in_run.to(torch::kFloat64).mean().item<double>();
+  v.data = {{"token", pad}, {"share_of_targets", share}, {"sequences_ending_in_it", padded_rows}};
+  v.evidence = percent(share) + " of the targets are trailing runs of token " + std::to_string(pad) + " (" +
+               std::to_string(padded_rows) + " of " + std::to_string(rows) + " sequences end in one)";
+  if (share < 0.2 || padded_rows * 4 < rows) return v;
+  double with = NAN, without = NAN;
+  {
+    EvalMode eval(s.model());
+    torch::NoGradGuard no_grad;
+    KeepRng rng;
+    rng.reseed(0x5eed);
+    const torch::Tensor out = guarded("forward", [&] { return s.forward(x, Tap()); });
+    with = guarded("loss", [&] { return s.loss(out, y); }).item<double>();
+    try {
+      without = s.loss(out, y.masked_fill(in_run.to(y.device()), -100)).item<double>();
+    } catch (const std::exception&) {
+      v.evidence += "; the loss does not take -100 (ignore_index) for them: whether it counts them cannot be told";
+      return v;
+    }
+  }
+  v.data["loss"] = number(with);
+  v.data["loss_without_them"] = number(without);
+  v.evidence += "; the loss is " + fmt(with) + " with them, " + fmt(without) + " with them set to -100 (ignore_index)";
+  if (std::isfinite(with) && std::isfinite(without) && std::fabs(with - without) > 1e-6 * (1 + std::fabs(with))) {
+    v.named = {"loss"};
+    fail(v, kRankTargetLeak,
+         percent(share) + " of the targets are padding (runs of token " + std::to_string(pad) + " that end " +
+             std::to_string(padded_rows) + " of " + std::to_string(rows) +
+             " sequences) and the loss counts them: it is " + fmt(with) + " with them and " + fmt(without) +
+             " without",
+         "give the loss ignore_index=<the padding token> (cross_entropy ignores -100 by default), or set the "
+         "padded targets to -100");
+  }
+  return v;
+}
+
+VitalSign shared_modules(Scenario& s) {
+  VitalSign v = sign("shared_modules");
+  const std::vector<std::vector<std::string>> groups = s.shared_modules();
+  // List multiplication's signature: one module under indexed names of one container.
+  auto indexed = [](const std::string& name, std::string* container) {
+    const size_t dot = name.rfind('.');
+    if (dot == std::string::npos || dot + 1 == name.size()) return false;
+    for (size_t i = dot + 1; i < name.size(); ++i) {
+      if (!std::isdigit(static_cast<unsigned char>(name[i]))) return false;
+    }
+    *container = name.substr(0, dot);
+    return true;
+  };
+  std::vector<std::string> found;
+  std::string example;
+  for (const std::vector<std::string>& g : groups) {
+    std::map<std::string, std::vector<std::string>> by_container;
+    for (const std::string& name : g) {
+      std::string container;
+      if (indexed(name, &container)) by_container[container].push_back(name);
+    }
+    for (const auto& [container, names] : by_container) {
+      if (names.size() < 2) continue;
+      found.push_back(container);
+      if (example.empty()) {
+        example = "the same module is " + list(names, 4) + " (" + std::to_string(names.size()) + " entries of " +
+                  container + ")";
+      }
+    }
+  }
+  v.data = {{"shared_groups", groups.size()}, {"containers", found}};
+  v.evidence = groups.empty() ? "every submodule is reached by one name"
+                              : std::to_string(groups.size()) + " submodule(s) reached by several names" +
+                                    (example.empty() ? "" : ": " + example);
+  if (!found.empty()) {
+    v.named = found;
+    fail(v, kRankInitSymmetry,
+         example + ": the layers the code lays out share one set of weights ([block] * n repeats a reference to one "
+         "module, not n modules)",
+         "build each entry: nn.ModuleList([Block(...) for _ in range(n)]), or copy.deepcopy(block) per entry; share "
+         "a module across entries only on purpose");
   }
   return v;
 }

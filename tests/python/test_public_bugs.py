@@ -2,14 +2,12 @@
 case's top-ranked cause is pinned (one test a case), and no sign fires on the
 healthy programs over 3 seeds and 3 learning rates. The suite runs in one
 process per half (examples/public_bugs/suite.py), as a user would run it."""
-import json
 import os
-import subprocess
 import sys
 
 import pytest
 
-from conftest import SOURCE
+from conftest import SOURCE, run_doctor_suite
 
 SUITE = os.path.join(SOURCE, "examples", "public_bugs", "suite.py")
 sys.path.insert(0, os.path.dirname(SUITE))
@@ -17,11 +15,7 @@ from suite import EXPECTED  # noqa: E402
 
 
 def run_suite(tmp_path, half):
-    out = tmp_path / "rows.json"
-    p = subprocess.run([sys.executable, SUITE, half, "--json", str(out)], cwd=SOURCE, capture_output=True, text=True,
-                       timeout=900)
-    rows = json.loads(out.read_text())
-    return p.returncode, p.stdout, rows
+    return run_doctor_suite("public_bugs", tmp_path, half)
 
 
 @pytest.fixture(scope="module")

@@ -1,18 +1,16 @@
 """The doctor on its second suite (examples/unseen_bugs): publicly reported bugs of
 classes in none of its other suites, whose expected causes were written before
-the doctor first ran on them (first run: 0 of 9 named, 11 false alarms in 36
-healthy runs; docs/doctor.md). Each case's top-ranked cause is pinned, with the
-numbers its probe measured, and no sign fires on the healthy programs (a CNN
+the doctor first ran on them (first runs: 0 of 9 named with 11 false alarms
+in 36 healthy runs, then 0 of a second batch of 3; docs/doctor.md). Each
+case's top-ranked cause is pinned, with the numbers its probe measured, and no sign fires on the healthy programs (a CNN
 with BatchNorm and Dropout, an LSTM, a pre-norm transformer, a zero-initialized
 head) over 3 seeds and 3 learning rates."""
-import json
 import os
-import subprocess
 import sys
 
 import pytest
 
-from conftest import SOURCE
+from conftest import SOURCE, run_doctor_suite
 
 SUITE = os.path.join(SOURCE, "examples", "unseen_bugs", "suite.py")
 sys.path.insert(0, os.path.dirname(SUITE))
@@ -20,10 +18,7 @@ from suite import EXPECTED  # noqa: E402
 
 
 def run_suite(tmp_path, half):
-    out = tmp_path / "rows.json"
-    p = subprocess.run([sys.executable, SUITE, half, "--json", str(out)], cwd=SOURCE, capture_output=True, text=True,
-                       timeout=900)
-    return p.returncode, p.stdout, json.loads(out.read_text())
+    return run_doctor_suite("unseen_bugs", tmp_path, half)
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +46,9 @@ def test_each_cause_says_what_its_probe_measured(bugs):
     assert "watched batches" in rows["batches_sorted_by_class"]["cause"]
     assert "all 64 rows equal" in rows["constant_init"]["cause"]
     assert "100% of the targets" in rows["lm_labels_not_shifted"]["cause"]
+    assert "p = 1 zeroes every unit" in rows["dropout_keep_prob_as_p"]["cause"]
+    assert "with them and" in rows["pad_tokens_in_loss"]["cause"]
+    assert "layers.0, layers.1, layers.2, layers.3" in rows["residual_stack_shared_by_list_multiplication"]["cause"]
     # A cause found by an intervention outranks the consequences it produced: no shifted-label claim
     # for batches of one class (every class predicted as the last one seen is a collapse, not a shift).
     assert "shifted or permuted" not in text, text
