@@ -1446,6 +1446,47 @@ std::map<std::string, int64_t> warning_map(const std::vector<WarningCount>& coun
 
 }  // namespace
 
+namespace {
+
+// A sign that sees a consequence (cannot memorize, overflow, dead units, no
+// gradient, collapse, a flagged step, a grad norm out of range) says so and
+// names the probes of the causes it can have: the failed ones (ranked above
+// it) and the passed ones (ruled out). Nothing is inferred beyond that.
+void annotate_consequences(DoctorReport& report) {
+  static const std::map<std::string, std::vector<const char*>> kCauses = {
+      {"overfit_one_batch", {"loss_output_mismatch", "loss_shapes", "target_leak", "target_padding", "init_symmetry",
+                             "dropout_rate", "shared_modules", "optimizer_coverage", "batchnorm_batch_size",
+                             "frozen_output", "input_scale", "loss_scale"}},
+      {"non_finite_source", {"loss_scale", "input_scale", "loss_output_mismatch", "init_symmetry"}},
+      {"dead_units", {"init_symmetry", "input_scale", "loss_scale"}},
+      {"gradient_flow", {"init_symmetry", "loss_scale", "input_scale", "dropout_rate", "shared_modules",
+                         "optimizer_coverage"}},
+      {"prediction_collapse", {"batch_composition", "label_balance", "target_leak", "init_symmetry", "dropout_rate",
+                               "batchnorm_batch_size", "loss_output_mismatch"}},
+      {"grad_norm_range", {"loss_scale", "input_scale", "init_symmetry"}},
+      {"monitor_health", {"loss_scale", "input_scale", "batch_composition", "loss_output_mismatch", "init_symmetry"}},
+  };
+  for (VitalSign& v : report.signs) {
+    const auto it = kCauses.find(v.name);
+    if (v.passed || v.skipped || it == kCauses.end()) continue;
+    if (v.name == "non_finite_source" && v.rank != kRankOverflow) continue;  // an operation making NaN is a cause
+    if (v.name == "overfit_one_batch" && v.rank != kRankOverfit) continue;   // shifted labels are a cause
+    std::vector<std::string> failed, passed;
+    for (const char* c : it->second) {
+      const VitalSign* s = report.find(c);
+      if (s == nullptr || s->skipped) continue;
+      (s->passed ? passed : failed).push_back(c);
+    }
+    v.data["consequence_of"] = failed;
+    v.data["causes_ruled_out"] = passed;
+    v.cause += failed.empty() ? " (a consequence, its cause not found: " + list(passed, 12) + " passed)"
+                              : " (a consequence: " + list(failed) + " failed" +
+                                    (passed.empty() ? "" : "; " + list(passed, 12) + " passed") + ")";
+  }
+}
+
+}  // namespace
+
 DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
   DoctorReport report;
   static const char* const kAll[] = {"input_scale",       "loss_shapes",       "label_balance",      "input_dependence",
@@ -1535,6 +1576,7 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     report.signs.push_back(timed([&] { return grad_norm_range(w); }));
     report.signs.push_back(timed([&] { return monitor_health(w); }));
     report.find_mutable("loss_domain")->seconds += probe_seconds;
+    annotate_consequences(report);
     report.signs.front().evidence = "the training code ran " + std::to_string(w.records.size()) + " steps without throwing";
   } catch (const TrainingError& e) {
     report.signs.front() = code_error_sign(e);

@@ -129,6 +129,11 @@ TEST(Doctor, DeadReluUnitsAreNamed) {
   EXPECT_EQ(dead.data["fc1_act"]["dead_first"], 1.0);
   EXPECT_EQ(dead.data["fc1_act"]["kind"], "rectifier");
   EXPECT_EQ(top(r), "dead_units") << "ranked above the zero gradients it causes\n" << doctor_text(r);
+  // A consequence says so, and which probes of its causes ran: here none failed (dead_relu's cause is a bias,
+  // which no cause probe reads), and init_symmetry and input_scale passed.
+  EXPECT_NE(dead.cause.find("(a consequence, its cause not found: init_symmetry, input_scale"), std::string::npos)
+      << dead.cause;
+  EXPECT_EQ(dead.data["causes_ruled_out"].size(), 3u) << dead.data.dump();
 }
 
 TEST(Doctor, UnknownPlantedBugIsBadInput) {
