@@ -335,7 +335,8 @@ VitalSign target_padding(Scenario& s, const Batch& b) {
   const int64_t rows = yl.size(0), t = yl.size(1);
   // Each sequence's trailing run of one token, and the token most sequences end in.
   std::map<int64_t, int64_t> endings;
-  for (int64_t i = 0; i < rows; ++i) ++endings[yl[i][t - 1].item<int64_t>()];
+  const auto tokens = yl.accessor<int64_t, 2>();  // read in place: no tensor op per element
+  for (int64_t i = 0; i < rows; ++i) ++endings[tokens[i][t - 1]];
   const auto common = std::max_element(endings.begin(), endings.end(),
                                         [](const auto& a, const auto& c) { return a.second < c.second; });
   const int64_t pad = common->first;
@@ -343,7 +344,7 @@ VitalSign target_padding(Scenario& s, const Batch& b) {
   int64_t padded_rows = 0;
   for (int64_t i = 0; i < rows; ++i) {
     int64_t k = t;
-    while (k > 0 && yl[i][k - 1].item<int64_t>() == pad) --k;
+    while (k > 0 && tokens[i][k - 1] == pad) --k;
     if (t - k >= 2) {
       in_run[i].slice(0, k).fill_(true);
       ++padded_rows;
