@@ -264,6 +264,123 @@ class ResidualStackSharedByListMultiplication(FashionCase):
         return Net()
 
 
+# ---------------------------------------------------------------- the third batch (added after the first twelve were fixed)
+
+class ModelInstantiatedTwice(FashionCase):
+    # spro/practical-pytorch#9 (https://github.com/spro/practical-pytorch/issues/9): "I have the model
+    # instantiated twice - once directly after the RNN class, and once before the main `for epoch in
+    # ...` loop [...] Try moving the optimizer to below the second one, so the params aren't reset."
+    # The optimizer is built over the first instance; the script trains the second.
+    def __init__(self, config):
+        super().__init__(config)  # self.net and the optimizer over it
+        self.net = self.build()   # the model instantiated again, further down the script
+
+
+class RepeatedWorkerBatches(FashionCase):
+    # pytorch/pytorch#41329 (https://github.com/pytorch/pytorch/issues/41329): an IterableDataset
+    # drawing with numpy.random inside DataLoader workers: "for each worker, I noticed the sequence of
+    # values returned by numpy.random functions is exactly the same" (also pytorch/pytorch#5059,
+    # facebookresearch/fairseq#1383: "this results in a lots of duplication"). Four workers forked
+    # with one numpy state draw the same batches, and the loader takes them in turn.
+    workers = 4
+
+    def __init__(self, config):
+        super().__init__(config)
+        import numpy as np
+        self.worker_rngs = [np.random.RandomState(config.seed) for _ in range(self.workers)]  # forked copies
+
+    def next_batch(self):
+        if self.done == self.planned_steps():
+            return None
+        rng = self.worker_rngs[self.done % self.workers]
+        self.done += 1
+        idx = torch.from_numpy(rng.randint(0, self.x.shape[0], size=self.config.batch_size))
+        return self.x[idx], self.y[idx]
+
+
+class SigmoidOutputForSignedTargets(Case):
+    # FenTechSolutions/CausalDiscoveryToolbox#12 (https://github.com/FenTechSolutions/CausalDiscoveryToolbox/issues/12):
+    # "It is written in the code that it outputs 1 or -1 but sigmoid has been used which outputs
+    # between 0 and 1" ("I'm getting the same output for every input"). Sandal against sneaker with
+    # targets -1 and +1, a sigmoid output and the mean squared error.
+    classes = 2
+
+    def __init__(self, config):
+        super().__init__(config)
+        x, y, xt, yt = fashion_normalized()
+        keep, keep_t = (y == 5) | (y == 7), (yt == 5) | (yt == 7)
+        self.x, self.y = x[keep], ((y[keep] == 7).float() * 2 - 1).unsqueeze(1)
+        self.xt, self.yt = xt[keep_t], ((yt[keep_t] == 7).float() * 2 - 1).unsqueeze(1)
+        self.net = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 1), nn.Sigmoid())
+        self.opt = sgd(self.net, config)
+
+    def loss(self, outputs, targets):
+        return F.mse_loss(outputs, targets)
+
+
+class BnCnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16)
+        self.conv2, self.bn2 = nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32)
+        self.fc = nn.Linear(32 * 7 * 7, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        return self.fc(x.flatten(1))
+
+
+class FrozenByNameFilter(FashionCase):
+    # TrainCheck's pytorch-forum-84911 (https://discuss.pytorch.org/t/obtaining-abnormal-changes-in-loss-and-accuracy/84911,
+    # reproduced in OrderLab/TrainCheck-Evaluation-Workloads): "All major layers of the model are
+    # frozen. The only trainable layers are the batch normalization layers": `if "bn" not in name:
+    # param.requires_grad = False`, then the classifier `_fc` frozen too.
+    flat = False
+
+    def build(self):
+        net = BnCnn()
+        for name, param in net.named_parameters():
+            if "bn" not in name:
+                param.requires_grad = False
+        for param in net.fc.parameters():
+            param.requires_grad = False
+        return net
+
+
+class LossRebuiltFromItem(FashionCase):
+    # isayev/ReLeaSE#39 (https://github.com/isayev/ReLeaSE/issues/39): "rl_loss -= (log_probs[0,
+    # top_i].item()*discounted_reward) [...] I printed out the grad for each of the layers and it comes
+    # back as none [...] the weights are not updating" ("your changes detach rl_loss from the
+    # computational graph and there is nothing to backpropagate"). The loss summed from .item()s
+    # into a tensor that requires grad, so backward() runs.
+    def loss(self, outputs, targets):
+        log_probs = F.log_softmax(outputs, dim=1)
+        loss = torch.zeros((), requires_grad=True)
+        for i in range(targets.shape[0]):
+            loss = loss - log_probs[i, targets[i]].item()
+        return loss / targets.shape[0]
+
+
+class UnnormalizedRegressionTargets(Case):
+    # rstudio-conf-2020/dl-keras-tf#9 (https://github.com/rstudio-conf-2020/dl-keras-tf/issues/9):
+    # "loss values appear to be nan when the loss parameter is set to mean_squared_error [...] related
+    # to the range of the predicted value (sales price) which reaches ~ 755000". The target here: the
+    # total ink of a garment (the sum of its raw pixels, up to ~200,000), regressed as it is.
+    classes = 1
+
+    def __init__(self, config):
+        super().__init__(config)
+        x, _, xt, _ = fashion_normalized()
+        self.x, self.y = x, ((x * STD + MEAN) * 255).sum(1, keepdim=True)
+        self.xt, self.yt = xt, ((xt * STD + MEAN) * 255).sum(1, keepdim=True)
+        self.net = MLP(out=1)
+        self.opt = sgd(self.net, config)
+
+    def loss(self, outputs, targets):
+        return F.mse_loss(outputs, targets)
+
+
 # ---------------------------------------------------------------- healthy programs
 
 class HealthyBnDropoutCnn(FashionCase):
@@ -332,6 +449,78 @@ class HealthyZeroInitHead(FashionCase):
         return net
 
 
+class HealthyAutoencoder(Case):
+    """A denoising autoencoder: noisy standardized images in, the clean images as targets (MSE), Adam."""
+    classes = 1
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.x, _, self.xt, _ = fashion_normalized()
+        self.y, self.yt = self.x, self.xt
+        self.net = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 32), nn.ReLU(),
+                                 nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 784))
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+    def next_batch(self):
+        batch = super().next_batch()
+        if batch is None:
+            return None
+        x, y = batch
+        return x + 0.3 * torch.randn(x.shape, generator=self.generator), y
+
+    def loss(self, outputs, targets):
+        return F.mse_loss(outputs, targets)
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels)
+        self.conv2, self.bn2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels)
+        nn.init.zeros_(self.bn2.weight)  # each block starts as the identity (Goyal et al.: zero-init the last BN)
+
+    def forward(self, x):
+        return F.relu(x + self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))))
+
+
+class HealthyResnetZeroGamma(FashionCase):
+    """A small ResNet whose blocks' last BatchNorm scale starts at zero."""
+    flat = False
+
+    def build(self):
+        return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                             BasicBlock(16), nn.MaxPool2d(2), BasicBlock(16), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(16 * 7 * 7, 10))
+
+
+class LoraLinear(nn.Module):
+    """A frozen linear layer and a trained low-rank update B @ A, B starting at zero (LoRA)."""
+    def __init__(self, base, rank=4):
+        super().__init__()
+        self.base = base
+        for p in self.base.parameters():
+            p.requires_grad = False
+        self.a = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))
+        self.b = nn.Parameter(torch.zeros(base.out_features, rank))
+
+    def forward(self, x):
+        return self.base(x) + x @ self.a.t() @ self.b.t()
+
+
+class HealthyLoraAdapter(FashionCase):
+    """An MLP adapted with LoRA: its weights frozen, rank-4 factors (B zero at the start) trained with AdamW."""
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.AdamW([p for p in self.net.parameters() if p.requires_grad], lr=config.optimizer.lr * 0.02)
+
+    def build(self):
+        torch.manual_seed(1234)  # the "pretrained" base, the same for every seed
+        base = MLP(hidden=128)
+        torch.manual_seed(self.config.seed)
+        base.fc1, base.fc2 = LoraLinear(base.fc1), LoraLinear(base.fc2)
+        return base
+
+
 BUGS = {
     "loss_summed_over_batch": LossSummedOverBatch,
     "sigmoid_before_bce_with_logits": SigmoidBeforeBceWithLogits,
@@ -345,12 +534,21 @@ BUGS = {
     "dropout_keep_prob_as_p": DropoutKeepProbAsP,
     "pad_tokens_in_loss": PadTokensInLoss,
     "residual_stack_shared_by_list_multiplication": ResidualStackSharedByListMultiplication,
+    "model_instantiated_twice": ModelInstantiatedTwice,
+    "repeated_worker_batches": RepeatedWorkerBatches,
+    "sigmoid_output_for_signed_targets": SigmoidOutputForSignedTargets,
+    "frozen_by_name_filter": FrozenByNameFilter,
+    "loss_rebuilt_from_item": LossRebuiltFromItem,
+    "unnormalized_regression_targets": UnnormalizedRegressionTargets,
 }
 HEALTHY = {
     "healthy_bn_dropout_cnn": HealthyBnDropoutCnn,
     "healthy_lstm": HealthyLstm,
     "healthy_pre_norm_transformer": HealthyPreNormTransformer,
     "healthy_zero_init_head": HealthyZeroInitHead,
+    "healthy_autoencoder": HealthyAutoencoder,
+    "healthy_resnet_zero_gamma": HealthyResnetZeroGamma,
+    "healthy_lora_adapter": HealthyLoraAdapter,
 }
 for _name, _cls in {**BUGS, **HEALTHY}.items():
     spikehunt.register(_name, _cls)

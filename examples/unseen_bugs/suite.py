@@ -42,6 +42,14 @@ EXPECTED = {
     "pad_tokens_in_loss": ("lukas-blecher/LaTeX-OCR#305", "target_padding", "padding"),
     "residual_stack_shared_by_list_multiplication": ("zalandoresearch/pytorch-vq-vae#2", "shared_modules",
                                                      "the same module"),
+    # The third batch, written after the first twelve were fixed and before the doctor ran on these:
+    "model_instantiated_twice": ("spro/practical-pytorch#9", "optimizer_coverage", "no optimizer updates"),
+    "repeated_worker_batches": ("pytorch/pytorch#41329", "batch_repeats", "identical"),
+    "sigmoid_output_for_signed_targets": ("FenTechSolutions/CausalDiscoveryToolbox#12", "loss_output_mismatch",
+                                          "outside"),
+    "frozen_by_name_filter": ("TrainCheck pytorch-forum-84911", "frozen_parameters", "frozen"),
+    "loss_rebuilt_from_item": ("isayev/ReLeaSE#39", "gradient_flow", "no gradient reaches"),
+    "unnormalized_regression_targets": ("rstudio-conf-2020/dl-keras-tf#9", "target_scale", "unnormalized"),
 }
 SUITE = Suite(EXPECTED, bugs.HEALTHY, os.path.join(HERE, "unseen_bugs.json"))
 
