@@ -329,6 +329,64 @@ VitalSign optimizer_coverage(const Watched& w, size_t optimizers) {
   return v;
 }
 
+// The contract's check (parameter_slots) as a sign, before it throws: tensors
+// an optimizer updates that are not model()'s parameters. When the
+// optimizer's foreign tensors have the shapes of model()'s unheld parameters,
+// one for one, that is what another instance of the model looks like.
+std::optional<VitalSign> foreign_optimizer_tensors(Scenario& s) {
+  std::map<const void*, std::string> own;
+  std::vector<std::pair<std::string, torch::Tensor>> model_params;
+  for (const auto& item : s.model().named_parameters()) {
+    own[item.value().unsafeGetTensorImpl()] = item.key();
+    model_params.push_back({item.key(), item.value()});
+  }
+  std::set<const void*> held;
+  std::vector<torch::Tensor> foreign;
+  std::string holder;
+  for (const NamedOptimizer& o : s.optimizers()) {
+    for (const auto& g : o.optimizer->param_groups()) {
+      for (const torch::Tensor& t : g.params()) {
+        if (own.count(t.unsafeGetTensorImpl())) {
+          held.insert(t.unsafeGetTensorImpl());
+        } else {
+          foreign.push_back(t);
+          if (holder.empty()) holder = o.name;
+        }
+      }
+    }
+  }
+  if (foreign.empty()) return std::nullopt;
+  std::vector<std::string> unheld;
+  std::vector<torch::Tensor> unheld_tensors;
+  for (const auto& [name, t] : model_params) {
+    if (!held.count(t.unsafeGetTensorImpl()) && t.requires_grad()) unheld.push_back(name), unheld_tensors.push_back(t);
+  }
+  bool same_shapes = !unheld.empty() && unheld.size() == foreign.size();
+  for (size_t i = 0; same_shapes && i < foreign.size(); ++i) same_shapes = foreign[i].sizes() == unheld_tensors[i].sizes();
+  VitalSign v = sign("optimizer_coverage");
+  v.data = {{"not_optimized", unheld}, {"foreign_tensors", foreign.size()}, {"same_shapes_in_order", same_shapes}};
+  v.evidence = "optimizer \"" + holder + "\" updates " + std::to_string(foreign.size()) +
+               " tensor(s) that are not parameters of model() (the first of shape " + c10::str(foreign.front().sizes()) +
+               "); " + std::to_string(unheld.size()) + " of model()'s trainable parameters are held by no optimizer";
+  if (!unheld.empty()) {
+    v.named = unheld;
+    fail(v, kRankCoverage,
+         "no optimizer updates " + list(unheld, 3) + ": they stay at their initial values, while optimizer \"" +
+             holder + "\" updates " + std::to_string(foreign.size()) + " tensor(s) that are not model()'s" +
+             (same_shapes ? ", shaped exactly as model()'s unheld parameters, one for one: the parameters of another "
+                            "instance of the model (one built again after its optimizer, or a copy)"
+                          : ""),
+         "build the optimizer over the parameters of the model that is trained, after the model's last construction "
+         "(and after moving it to its device)");
+  } else {
+    fail(v, kRankCoverage,
+         "optimizer \"" + holder + "\" updates a tensor of shape " + c10::str(foreign.front().sizes()) +
+             " that is not a parameter of model()",
+         "register it in the model (register_parameter / register_module) so it is monitored and checkpointed");
+  }
+  return v;
+}
+
 // ---- 4. loss/output mismatch ----
 
 VitalSign loss_output_mismatch(Scenario& s, const Batch& b) {
@@ -661,7 +719,26 @@ VitalSign frozen_output(const Watched& w, const Probe& p) {
 
 // ---- 7. gradient flow ----
 
-VitalSign gradient_flow(const Watched& w, const DoctorOptions& o) {
+// 1 when the loss of a batch, differentiated, gives its outputs a gradient; 0
+// when the loss does not depend on them (it does not require grad, or the
+// gradient is absent or zero); -1 when it cannot be measured.
+int loss_reaches_outputs(Scenario& s, const Batch& b) {
+  try {
+    KeepRng keep;
+    torch::Tensor out = s.forward(b.inputs, Tap());
+    if (!out.requires_grad()) return -1;  // nothing to differentiate: the model has no trainable path
+    out.retain_grad();
+    const torch::Tensor loss = s.loss(out, b.targets);
+    if (!loss.requires_grad()) return 0;
+    const std::vector<torch::Tensor> g =
+        torch::autograd::grad({loss.sum()}, {out}, {}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    return g.empty() || !g[0].defined() || g[0].abs().max().item<double>() == 0 ? 0 : 1;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+VitalSign gradient_flow(const Watched& w, const DoctorOptions& o, int loss_link) {
   VitalSign v = sign("gradient_flow");
   if (w.records.empty() || w.weights.empty()) return skipped("gradient_flow", "no weights or no step");
   const size_t n = w.weights.size();
@@ -719,7 +796,19 @@ VitalSign gradient_flow(const Watched& w, const DoctorOptions& o) {
     for (size_t k = i - 4; k <= i; ++k) up = up && rec[k].grad_norm > rec[k - 1].grad_norm;
     climbing = up && rec[i].grad_norm >= 10 * rec[i - 5].grad_norm && rec[i].grad_norm > 1;
   }
-  if (!zero.empty()) {
+  size_t trainable = 0;
+  for (size_t i = 0; i < n; ++i) trainable += w.trainable[i];
+  if (!zero.empty() && zero.size() == trainable && loss_link == 0) {
+    v.named = zero;
+    v.evidence += "; exactly zero gradient: " + list(zero) + "; the loss of a batch, differentiated, gives the "
+                  "outputs no gradient";
+    fail(v, kRankCoverage,
+         "no gradient reaches any of the " + std::to_string(trainable) + " trained weights (" + list(zero, 3) +
+             "): the loss does not depend on the model's outputs (differentiated, it gives them no gradient), so "
+             "its graph is cut between the outputs and the loss",
+         "compute the loss from the output tensors: a value taken out with .item(), .detach(), .data or numpy and "
+         "put into a new tensor that requires grad trains nothing");
+  } else if (!zero.empty()) {
     v.named = zero;
     v.evidence += "; exactly zero gradient: " + list(zero);
     fail(v, kRankGradientFlow, "no gradient reaches " + list(zero, 3),
@@ -868,6 +957,23 @@ VitalSign non_finite_source(const Watched& w, const LossProbe& probe) {
 
 // ---- 10. prediction collapse ----
 
+// With labels unrelated to the inputs, the loss on batches the model has not
+// seen cannot go below the entropy of the labels: the last quarter of the
+// watched run's losses below it (by 0.1 nats) shows the inputs predict them.
+bool learns_from_fresh_batches(const Watched& w, const std::vector<int64_t>& labels, int64_t total) {
+  if (total == 0 || w.records.size() < 8) return false;
+  double entropy = 0;
+  for (int64_t c : labels) {
+    if (c > 0) entropy -= double(c) / double(total) * std::log(double(c) / double(total));
+  }
+  double tail = 0;
+  size_t n = 0;
+  for (size_t i = w.records.size() * 3 / 4; i < w.records.size(); ++i) {
+    if (std::isfinite(w.records[i].loss)) tail += w.records[i].loss, ++n;
+  }
+  return n > 0 && tail / double(n) < entropy - 0.1;
+}
+
 // `memorized`: the overfit check memorized one batch and saw no shifted labels.
 VitalSign prediction_collapse(const Watched& w, const Probe& p, bool memorized) {
   VitalSign v = sign("prediction_collapse");
@@ -937,6 +1043,16 @@ VitalSign prediction_collapse(const Watched& w, const Probe& p, bool memorized) 
                std::to_string(train_major),
            "the model learned the class frequencies, not the inputs: rebalance the data (resample) or weight the loss "
            "by inverse class frequency");
+    } else if (w.verdict.onset_step) {
+      fail(v, kRankCollapse,
+           "the predictions collapse to class " + std::to_string(top) + " (" + percent(top_share) +
+               ") after the watched run went extreme at step " + std::to_string(*w.verdict.onset_step),
+           "the collapse follows the instability monitor_health names: see its onset and first movers (a lower "
+           "learning rate, warm-up, or clipping)");
+    } else if (memorized && p.has_heldout && learns_from_fresh_batches(w, train, train_total)) {
+      v.evidence += "; the training loss on fresh batches fell below the labels' entropy: the inputs predict the "
+                    "labels, the held-out accuracy is not yet above chance";
+      return v;
     } else if (memorized && p.has_heldout) {
       fail(v, kRankCollapse,
            "the training labels look unrelated to the inputs: one batch is memorized, yet held-out accuracy stays "
@@ -1456,21 +1572,23 @@ void annotate_consequences(DoctorReport& report) {
   static const std::map<std::string, std::vector<const char*>> kCauses = {
       {"overfit_one_batch", {"loss_output_mismatch", "loss_shapes", "target_leak", "target_padding", "init_symmetry",
                              "dropout_rate", "shared_modules", "optimizer_coverage", "batchnorm_batch_size",
-                             "frozen_output", "input_scale", "loss_scale"}},
-      {"non_finite_source", {"loss_scale", "input_scale", "loss_output_mismatch", "init_symmetry"}},
+                             "frozen_output", "input_scale", "loss_scale", "frozen_parameters", "target_scale"}},
+      {"non_finite_source", {"loss_scale", "input_scale", "loss_output_mismatch", "init_symmetry", "target_scale"}},
       {"dead_units", {"init_symmetry", "input_scale", "loss_scale"}},
       {"gradient_flow", {"init_symmetry", "loss_scale", "input_scale", "dropout_rate", "shared_modules",
-                         "optimizer_coverage"}},
-      {"prediction_collapse", {"batch_composition", "label_balance", "target_leak", "init_symmetry", "dropout_rate",
-                               "batchnorm_batch_size", "loss_output_mismatch"}},
-      {"grad_norm_range", {"loss_scale", "input_scale", "init_symmetry"}},
-      {"monitor_health", {"loss_scale", "input_scale", "batch_composition", "loss_output_mismatch", "init_symmetry"}},
+                         "optimizer_coverage", "target_scale"}},
+      {"prediction_collapse", {"batch_composition", "batch_repeats", "label_balance", "target_leak", "init_symmetry",
+                               "dropout_rate", "batchnorm_batch_size", "loss_output_mismatch", "monitor_health"}},
+      {"grad_norm_range", {"loss_scale", "input_scale", "init_symmetry", "target_scale"}},
+      {"monitor_health", {"loss_scale", "input_scale", "batch_composition", "loss_output_mismatch", "init_symmetry",
+                          "target_scale"}},
   };
   for (VitalSign& v : report.signs) {
     const auto it = kCauses.find(v.name);
     if (v.passed || v.skipped || it == kCauses.end()) continue;
     if (v.name == "non_finite_source" && v.rank != kRankOverflow) continue;  // an operation making NaN is a cause
     if (v.name == "overfit_one_batch" && v.rank != kRankOverfit) continue;   // shifted labels are a cause
+    if (v.name == "gradient_flow" && v.rank != kRankGradientFlow) continue;  // a loss cut from the outputs is a cause
     std::vector<std::string> failed, passed;
     for (const char* c : it->second) {
       const VitalSign* s = report.find(c);
@@ -1495,7 +1613,7 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
                                      "frozen_output",     "gradient_flow",     "dead_units",         "non_finite_source",
                                      "prediction_collapse", "grad_norm_range", "monitor_health", "target_leak",
                                      "batch_composition", "init_symmetry",  "batchnorm_batch_size", "loss_scale", "dropout_rate", "target_padding",
-                                     "shared_modules"};
+                                     "shared_modules", "frozen_parameters", "batch_repeats", "target_scale"};
   auto rest_skipped = [&](const std::string& why) {
     for (const char* name : kAll) {
       if (report.find(name) == nullptr) report.signs.push_back(skipped(name, why));
@@ -1519,10 +1637,17 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
       return report;
     }
     const size_t optimizers = s->optimizers().size();
+    if (std::optional<VitalSign> foreign = foreign_optimizer_tensors(*s)) {
+      report.signs.front().evidence = "the training code's setup ran without throwing";
+      report.signs.push_back(*foreign);
+      rest_skipped("an optimizer updates tensors that are not model()'s parameters: nothing can be watched");
+      return report;
+    }
     parameter_slots(*s);  // the contract: every optimized tensor is a model parameter, none in two optimizers
     report.signs.push_back(timed([&] { return input_scale(p); }));
     report.signs.push_back(timed([&] { return target_leak(*s, p.batches.front()); }));
     report.signs.push_back(timed([&] { return init_symmetry(*s); }));  // before any step changes the parameters
+    report.signs.push_back(timed([&] { return frozen_parameters(*s); }));
     report.signs.push_back(timed([&] { return batchnorm_batch_size(*s, p.batches.front()); }));
     report.signs.push_back(timed([&] { return dropout_rate(*s, p.batches.front()); }));
     report.signs.push_back(timed([&] { return shared_modules(*s); }));
@@ -1535,6 +1660,7 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     const Clock::time_point probe_start = Clock::now();
     const double scaling = loss_batch_scaling(*s, p.batches.front());
     const LossProbe probe = probe_loss(*s, first_out, p.batches.front());
+    const int loss_link = loss_reaches_outputs(*s, p.batches.front());
     const double probe_seconds = seconds_since(probe_start);
     s.reset();
     report.signs.push_back(timed([&] { return overfit_one_batch(make, p, o); }));
@@ -1551,6 +1677,21 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
       VitalSign again = loss_output_mismatch(*w.trained, p.batches.front());
       if (!again.passed) again.evidence += " (after " + std::to_string(w.records.size()) + " steps)", m = again;
     }
+    if (m.passed && w.outputs_after.defined()) {
+      // Bounded outputs against targets outside their bound, at the start and still after the run (a
+      // linear output that merely starts small moves toward its targets).
+      const std::string start = output_range_miss(first_out, p.batches.front().targets);
+      const std::string end = start.empty() ? std::string() : output_range_miss(w.outputs_after, p.batches.front().targets);
+      if (!end.empty()) {
+        m.evidence += "; at step 0 " + start + "; after " + std::to_string(w.records.size()) + " steps " + end;
+        m.named = {"output activation"};
+        fail(m, kRankLossMismatch,
+             "the targets lie outside the outputs' range: " + end + " (after " + std::to_string(w.records.size()) +
+                 " steps; at step 0 too): the output can never reach them",
+             "end the model in an activation whose range holds the targets (none for regression), or map the "
+             "targets into the output's range (e.g. (y + 1) / 2 for -1/+1 labels)");
+      }
+    }
     report.signs.push_back(timed([&] {
       std::unique_ptr<Scenario> fresh = guarded("setup", make);  // its probes change batch norm's statistics
       return eval_consistency(*fresh, p, w);
@@ -1558,6 +1699,8 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     report.signs.push_back(timed([&] { return loss_shapes(first_out, p.batches.front(), probe, warning_map(warnings.counts())); }));
     report.signs.push_back(timed([&] { return label_balance(w, p.classes); }));
     report.signs.push_back(timed([&] { return batch_composition(w.records, p.classes); }));
+    report.signs.push_back(timed([&] { return batch_repeats(w.records); }));
+    report.signs.push_back(timed([&] { return target_scale(p.batches.front(), first_out, w.records, w.verdict); }));
     report.signs.push_back(timed([&] { return input_dependence(w); }));
     report.signs.push_back(timed([&] { return optimizer_coverage(w, optimizers); }));
     report.signs.push_back(timed([&] { return heldout_inputs(p); }));
@@ -1567,7 +1710,7 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     report.signs.push_back(timed([&] { return lr_schedule(w); }));
     report.signs.push_back(timed([&] { return grad_accumulation(w); }));
     report.signs.push_back(timed([&] { return frozen_output(w, p); }));
-    report.signs.push_back(timed([&] { return gradient_flow(w, o); }));
+    report.signs.push_back(timed([&] { return gradient_flow(w, o, loss_link); }));
     report.signs.push_back(timed([&] { return dead_units(w); }));
     report.signs.push_back(timed([&] { return non_finite_source(w, probe); }));
     const VitalSign* overfit = report.find("overfit_one_batch");

@@ -43,7 +43,7 @@ TEST(Doctor, HealthyControlPassesEverySign) {
   const DoctorReport r = doctor("healthy");
   EXPECT_TRUE(r.passed()) << doctor_text(r);
   EXPECT_EQ(r.top(), nullptr);
-  EXPECT_EQ(r.signs.size(), 28u);
+  EXPECT_EQ(r.signs.size(), 31u);
   for (const VitalSign& s : r.signs) EXPECT_FALSE(s.skipped) << s.name << ": " << s.evidence;
   EXPECT_EQ(r.parameters, 55050);
   EXPECT_NE(doctor_text(r).find("no vital sign failed"), std::string::npos);
@@ -143,7 +143,7 @@ TEST(Doctor, UnknownPlantedBugIsBadInput) {
 TEST(DoctorCli, ExitCodesAndJson) {
   auto r = testing::run_spikehunt("doctor --planted healthy");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("28 vital signs: 28 passed, 0 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("31 vital signs: 31 passed, 0 failed"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("planted bug healthy: mlp 2x64, relu, 55,050 parameters"), std::string::npos) << r.output;
   r = testing::run_spikehunt("doctor --planted dead_relu --json");
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -247,6 +247,51 @@ TEST(DoctorUserCode, OneModuleUnderSeveralIndexedNamesIsNamed) {
   ASSERT_FALSE(v.passed) << v.evidence;
   EXPECT_NE(v.cause.find("the same module is stack.0, stack.1 (2 entries of stack)"), std::string::npos) << v.cause;
   EXPECT_TRUE(doctor_detail::shared_modules(plain).passed);
+}
+
+TEST(DoctorProbes, BatchesRepeatedWithinEightAreNamedAndAnEpochCycleIsNot) {
+  auto records = [](const std::vector<uint64_t>& ids) {
+    std::vector<StepRecord> out(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) out[i].input_hash = Hash128{ids[i], 7};
+    return out;
+  };
+  std::vector<uint64_t> workers, epochs;  // 4 workers with one random state: each batch 4 times in a row
+  for (uint64_t b = 0; b < 10; ++b) workers.insert(workers.end(), 4, b + 1);
+  for (int e = 0; e < 4; ++e) {  // an unshuffled loader: 10 batches, then the same 10 again
+    for (uint64_t b = 0; b < 10; ++b) epochs.push_back(b + 1);
+  }
+  const VitalSign repeated = doctor_detail::batch_repeats(records(workers));
+  ASSERT_FALSE(repeated.passed) << repeated.evidence;
+  EXPECT_NE(repeated.cause.find("30 of 40 watched batches are identical"), std::string::npos) << repeated.cause;
+  EXPECT_NE(repeated.cause.find("10 distinct in 40"), std::string::npos) << repeated.cause;
+  EXPECT_TRUE(doctor_detail::batch_repeats(records(epochs)).passed);
+  EXPECT_TRUE(doctor_detail::batch_repeats(records({1, 1, 1, 1})).skipped);
+}
+
+TEST(DoctorProbes, BoundedOutputsAgainstTargetsOutsideTheirBound) {
+  const torch::Tensor sigmoid_out = torch::tensor({0.2, 0.7, 0.5, 0.9}).unsqueeze(1);
+  const torch::Tensor signed_targets = torch::tensor({-1.0, 1.0, -1.0, 1.0}).unsqueeze(1);
+  const std::string miss = doctor_detail::output_range_miss(sigmoid_out, signed_targets);
+  EXPECT_NE(miss.find("every output lies in (0, 1), a sigmoid's range, but 50% of the targets are outside it"),
+            std::string::npos) << miss;
+  EXPECT_EQ(doctor_detail::output_range_miss(sigmoid_out, (signed_targets + 1) / 2), "");  // mapped into (0, 1)
+  EXPECT_EQ(doctor_detail::output_range_miss(torch::tensor({-3.0, 2.0, 0.5, 0.1}).unsqueeze(1), signed_targets), "");
+}
+
+TEST(DoctorProbes, EveryWeightFrozenIsNamedAndATrainedHeadIsNot) {
+  Tiny frozen("healthy", 4), probe("healthy", 4);
+  for (auto& p : frozen.model().named_parameters()) {
+    if (p.value().dim() >= 2) p.value().set_requires_grad(false);
+  }
+  const VitalSign v = doctor_detail::frozen_parameters(frozen);
+  ASSERT_FALSE(v.passed) << v.evidence;
+  EXPECT_NE(v.cause.find("every weight is frozen (requires_grad=False)"), std::string::npos) << v.cause;
+  EXPECT_NE(v.cause.find("one-dimensional tensor(s)"), std::string::npos) << v.cause;
+  bool first = true;  // a linear probe: the body frozen, the head trains
+  for (auto& p : probe.model().named_parameters()) {
+    if (p.value().dim() >= 2 && first) p.value().set_requires_grad(false), first = false;
+  }
+  EXPECT_TRUE(doctor_detail::frozen_parameters(probe).passed);
 }
 
 TEST(DoctorUserCode, AThrowInTheLossIsADiagnosisWithItsStageAndCause) {

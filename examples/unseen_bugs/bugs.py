@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import spikehunt
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "public_bugs"))
-from cases import MLP, Attention, Case, FashionCase, TextCase, TinyGPT, fashion_normalized, sgd  # noqa: E402
+from cases import MEAN, MLP, STD, Attention, Case, FashionCase, TextCase, TinyGPT, fashion_normalized, sgd  # noqa: E402
 
 
 # ---------------------------------------------------------------- the loss against the batch
@@ -507,19 +507,40 @@ class LoraLinear(nn.Module):
         return self.base(x) + x @ self.a.t() @ self.b.t()
 
 
+_PRETRAINED = {}
+
+
+def pretrained_mlp(x, y):
+    """The MLP trained for 300 SGD steps on (x, y), once per process, with its own seeds: the
+    pretrained model a LoRA adapter starts from."""
+    if "mlp" not in _PRETRAINED:
+        with torch.random.fork_rng():
+            torch.manual_seed(1234)
+            net = MLP(hidden=128)
+            opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+            g = torch.Generator().manual_seed(1234)
+            for _ in range(300):
+                idx = torch.randint(0, x.shape[0], (64,), generator=g)
+                opt.zero_grad()
+                F.cross_entropy(net(x[idx]), y[idx]).backward()
+                opt.step()
+        _PRETRAINED["mlp"] = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    net = MLP(hidden=128)
+    net.load_state_dict(_PRETRAINED["mlp"])
+    return net
+
+
 class HealthyLoraAdapter(FashionCase):
-    """An MLP adapted with LoRA: its weights frozen, rank-4 factors (B zero at the start) trained with AdamW."""
+    """A pretrained MLP adapted with LoRA: its weights frozen, rank-4 factors (B zero at the start)
+    trained with AdamW."""
     def __init__(self, config):
         super().__init__(config)
         self.opt = torch.optim.AdamW([p for p in self.net.parameters() if p.requires_grad], lr=config.optimizer.lr * 0.02)
 
     def build(self):
-        torch.manual_seed(1234)  # the "pretrained" base, the same for every seed
-        base = MLP(hidden=128)
-        torch.manual_seed(self.config.seed)
+        base = pretrained_mlp(self.x, self.y)
         base.fc1, base.fc2 = LoraLinear(base.fc1), LoraLinear(base.fc2)
         return base
-
 
 BUGS = {
     "loss_summed_over_batch": LossSummedOverBatch,

@@ -135,5 +135,16 @@ VitalSign dropout_rate(Scenario& fresh, const Batch& batch);
 //                      ("layers.0", "layers.1", ...): the layers the code lays out share one set of weights
 VitalSign shared_modules(Scenario& fresh);
 VitalSign target_padding(Scenario& fresh, const Batch& batch);
+//   batch_repeats      watched batches identical (by their inputs' hash) to one of the 8 before them,
+//                      in a run of more than 8 distinct batches: the loader repeats batches
+//   frozen_parameters  at step 0, every weight (2 or more dimensions) has requires_grad false
+//   target_scale       float regression targets whose rms is 100 or more, and 100x the outputs' at step 0
+// output_range_miss: every output in (0, 1) or (-1, 1) while 10% or more of the float targets (of the
+// outputs' shape) lie outside that range; what was measured, or "" when not.
+VitalSign batch_repeats(const std::vector<StepRecord>& records);
+VitalSign frozen_parameters(Scenario& fresh);
+std::string output_range_miss(const torch::Tensor& outputs, const torch::Tensor& targets);
+VitalSign target_scale(const Batch& batch, const torch::Tensor& outputs, const std::vector<StepRecord>& records,
+                       const Verdict& verdict);
 
 }  // namespace spikehunt::doctor_detail

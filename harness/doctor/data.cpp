@@ -432,3 +432,130 @@ VitalSign shared_modules(Scenario& s) {
 }
 
 }  // namespace spikehunt::doctor_detail
+
+namespace spikehunt::doctor_detail {
+
+VitalSign batch_repeats(const std::vector<StepRecord>& records) {
+  VitalSign v = sign("batch_repeats");
+  constexpr size_t kWindow = 8;  // a batch identical to one of the 8 before it
+  std::vector<Hash128> distinct;
+  int64_t repeats = 0, batches = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const Hash128 h = records[i].input_hash;
+    if (h == Hash128{}) continue;  // no inputs hashed
+    ++batches;
+    bool near = false;
+    for (size_t k = i >= kWindow ? i - kWindow : 0; k < i && !near; ++k) near = records[k].input_hash == h;
+    repeats += near;
+    if (std::find(distinct.begin(), distinct.end(), h) == distinct.end()) distinct.push_back(h);
+  }
+  if (batches < 8) return skipped("batch_repeats", "fewer than 8 watched batches");
+  v.data = {{"batches", batches}, {"repeats_within_8", repeats}, {"distinct_batches", distinct.size()}};
+  v.evidence = std::to_string(batches) + " watched batches, " + std::to_string(distinct.size()) +
+               " distinct (by the hash of their inputs); " + std::to_string(repeats) +
+               " repeat one of the 8 batches before them";
+  // A data set of 8 batches or fewer cycles within the window: nothing to say.
+  if (distinct.size() > kWindow && repeats * 4 >= batches) {
+    v.named = {"data loader"};
+    fail(v, kRankBatchComposition,
+         std::to_string(repeats) + " of " + std::to_string(batches) + " watched batches are identical to one of the " +
+             "8 batches before them (" + std::to_string(distinct.size()) + " distinct in " + std::to_string(batches) +
+             "): the loader hands out the same batch several times before the rest of the data",
+         "DataLoader workers forked with one random state (numpy's) draw the same samples: seed each worker "
+         "(worker_init_fn, or torch's generator), or draw indices in the main process (a Sampler)");
+  }
+  return v;
+}
+
+VitalSign frozen_parameters(Scenario& s) {
+  VitalSign v = sign("frozen_parameters");
+  int64_t total = 0, trained = 0, weights = 0, trained_weights = 0;
+  std::vector<std::string> training, frozen_weights;
+  for (const auto& p : s.model().named_parameters()) {
+    const torch::Tensor& t = p.value();
+    total += t.numel();
+    const bool weight = t.dim() >= 2;
+    weights += weight;
+    if (t.requires_grad()) {
+      trained += t.numel();
+      trained_weights += weight;
+      training.push_back(p.key());
+    } else if (weight) {
+      frozen_weights.push_back(p.key());
+    }
+  }
+  v.data = {{"parameters", total}, {"trained", trained}, {"weights", weights}, {"trained_weights", trained_weights},
+            {"training", training}};
+  v.evidence = std::to_string(trained) + " of " + std::to_string(total) + " parameters require grad; " +
+               std::to_string(trained_weights) + " of " + std::to_string(weights) + " weights (tensors of 2 or more "
+               "dimensions)";
+  if (weights > 0 && trained_weights == 0) {
+    v.named = frozen_weights;
+    const double share = total ? 100.0 * double(total - trained) / double(total) : 100.0;
+    fail(v, kRankCoverage,
+         "every weight is frozen (requires_grad=False): " + list(frozen_weights, 4) + ", " + fmt(share) +
+             "% of the parameters; " +
+             (training.empty() ? std::string("nothing trains")
+                               : "what trains is " + std::to_string(training.size()) + " one-dimensional tensor(s) (" +
+                                     list(training, 4) + "): no layer can change what it computes"),
+         "unfreeze the layers meant to learn (at least the output layer when fine-tuning): a name filter such as "
+         "`if \"bn\" not in name: p.requires_grad = False` freezes more than intended");
+  }
+  return v;
+}
+
+std::string output_range_miss(const torch::Tensor& out, const torch::Tensor& targets) {
+  if (!out.defined() || !targets.defined() || !out.is_floating_point() || !targets.is_floating_point() ||
+      out.sizes() != targets.sizes() || out.numel() == 0) {
+    return {};
+  }
+  torch::NoGradGuard no_grad;
+  const torch::Tensor o = out.detach().to(torch::kFloat64), y = targets.detach().to(out.device()).to(torch::kFloat64);
+  const double lo = o.min().item<double>(), hi = o.max().item<double>();
+  struct Range {
+    double lo, hi;
+    const char* what;
+  };
+  for (const Range r : {Range{0, 1, "(0, 1), a sigmoid's range"}, Range{-1, 1, "(-1, 1), a tanh's range"}}) {
+    if (lo < r.lo || hi > r.hi) continue;
+    const double outside = ((y < r.lo) | (y > r.hi)).to(torch::kFloat64).mean().item<double>();
+    if (outside < 0.1) return {};
+    const double ymin = y.min().item<double>(), ymax = y.max().item<double>();
+    return "every output lies in " + std::string(r.what) + ", but " + fmt(100 * outside) +
+           "% of the targets are outside it (targets from " + fmt(ymin) + " to " + fmt(ymax) + ")";
+  }
+  return {};
+}
+
+VitalSign target_scale(const Batch& b, const torch::Tensor& out, const std::vector<StepRecord>& records,
+                       const Verdict& verdict) {
+  VitalSign v = sign("target_scale");
+  const torch::Tensor& y = b.targets;
+  if (!y.defined() || !y.is_floating_point() || !out.defined() || out.sizes() != y.sizes() || y.numel() < 2 ||
+      ((y == 0) | (y == 1)).all().item<bool>()) {
+    v.evidence = "no float regression targets of the outputs' shape";
+    return v;
+  }
+  torch::NoGradGuard no_grad;
+  const double rms = y.to(torch::kFloat64).square().mean().sqrt().item<double>();
+  const double out_rms = out.detach().to(torch::kFloat64).square().mean().sqrt().item<double>();
+  v.data = {{"target_rms", number(rms)}, {"output_rms_at_start", number(out_rms)}};
+  v.evidence = "the targets' rms is " + fmt(rms) + ", the outputs' at step 0 " + fmt(out_rms);
+  if (!(rms >= 100 && rms >= 100 * std::max(out_rms, 1e-3))) return v;
+  std::string consequence;
+  double peak = 0;
+  for (const StepRecord& r : records) peak = std::max(peak, std::isfinite(r.grad_norm) ? r.grad_norm : 0.0);
+  if (verdict.failure_step) consequence = "the watched run went non-finite at step " + std::to_string(*verdict.failure_step);
+  else if (verdict.onset_step) consequence = "the watched run went extreme at step " + std::to_string(*verdict.onset_step);
+  else consequence = "the gradient norm reached " + fmt(peak);
+  v.named = {"targets"};
+  fail(v, kRankInputScale,
+       "unnormalized regression targets: their rms is " + fmt(rms) + " where the outputs start at " + fmt(out_rms) +
+           ", so the squared error and its gradient are of that scale at a learning rate meant for unit-scale "
+           "targets; " + consequence,
+       "standardize the targets ((y - mean) / std over the training set) and undo it on the predictions, or "
+       "predict log(y)");
+  return v;
+}
+
+}  // namespace spikehunt::doctor_detail

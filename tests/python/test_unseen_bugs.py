@@ -1,10 +1,12 @@
 """The doctor on its second suite (examples/unseen_bugs): publicly reported bugs of
 classes in none of its other suites, whose expected causes were written before
 the doctor first ran on them (first runs: 0 of 9 named with 11 false alarms
-in 36 healthy runs, then 0 of a second batch of 3; docs/doctor.md). Each
+in 36 healthy runs, then 0 of a second batch of 3, then 0 of a third batch of
+6 with 3 false alarms in 27; docs/doctor.md). Each
 case's top-ranked cause is pinned, with the numbers its probe measured, and no sign fires on the healthy programs (a CNN
 with BatchNorm and Dropout, an LSTM, a pre-norm transformer, a zero-initialized
-head) over 3 seeds and 3 learning rates."""
+head, a denoising autoencoder, a ResNet with zero-initialized last BatchNorm
+scales, a LoRA adapter) over 3 seeds and 3 learning rates."""
 import os
 import sys
 
@@ -48,6 +50,13 @@ def test_each_cause_says_what_its_probe_measured(bugs):
     assert "100% of the targets" in rows["lm_labels_not_shifted"]["cause"]
     assert "p = 1 zeroes every unit" in rows["dropout_keep_prob_as_p"]["cause"]
     assert "with them and" in rows["pad_tokens_in_loss"]["cause"]
+    # The third batch.
+    assert "shaped exactly as model()'s unheld parameters" in rows["model_instantiated_twice"]["cause"]
+    assert "30 of 40 watched batches are identical" in rows["repeated_worker_batches"]["cause"]
+    assert "every output lies in (0, 1), a sigmoid's range" in rows["sigmoid_output_for_signed_targets"]["cause"]
+    assert "bn1.weight, bn1.bias, bn2.weight, bn2.bias" in rows["frozen_by_name_filter"]["cause"]
+    assert "differentiated, it gives them no gradient" in rows["loss_rebuilt_from_item"]["cause"]
+    assert "went non-finite at step" in rows["unnormalized_regression_targets"]["cause"]
     assert "layers.0, layers.1, layers.2, layers.3" in rows["residual_stack_shared_by_list_multiplication"]["cause"]
     # A cause found by an intervention outranks the consequences it produced: no shifted-label claim
     # for batches of one class (every class predicted as the last one seen is a collapse, not a shift).
@@ -56,7 +65,7 @@ def test_each_cause_says_what_its_probe_measured(bugs):
 
 def test_no_sign_fires_on_the_healthy_programs_across_seeds_and_learning_rates(tmp_path):
     rc, text, rows = run_suite(tmp_path, "--healthy")
-    assert len(rows["healthy"]) == 4 * 3 * 3, text
+    assert len(rows["healthy"]) == 7 * 3 * 3, text
     alarms = [(r["case"], r["seed"], r["lr"], r["alarms"]) for r in rows["healthy"] if r["alarms"]]
     assert not alarms, text
     assert rc == 0 and "false alarms 0" in text, text
