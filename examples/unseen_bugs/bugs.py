@@ -381,6 +381,65 @@ class UnnormalizedRegressionTargets(Case):
         return F.mse_loss(outputs, targets)
 
 
+# ---------------------------------------------------------------- the fourth batch (added after the first eighteen were fixed)
+
+class SigmoidBeforeCrossEntropy(FashionCase):
+    # opendataval/opendataval#25 (https://github.com/opendataval/opendataval/issues/25): "have been
+    # added sigmoid function at the end (x = F.sigmoid(x)), then use crossentropy function as
+    # criterion [...] this will affect the performance". A logistic regression over 10 classes.
+    def build(self):
+        class LogisticRegression(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = nn.Linear(784, 10)
+
+            def forward(self, x):
+                return F.sigmoid(self.linear(x))
+        return LogisticRegression()
+
+
+class ReluOnRegressionOutput(Case):
+    # ProteomicsML/ProteomicsML#203 (https://github.com/ProteomicsML/ProteomicsML/pull/203): "I got
+    # LSTM network returning constantly 0 for all peptides in validation set. The reason seems to be
+    # using ReLU activation at the final linear layer". Standardized targets (half of them below 0)
+    # regressed through a final ReLU: how bright a garment is, from its pixels.
+    classes = 1
+
+    def __init__(self, config):
+        super().__init__(config)
+        x, _, xt, _ = fashion_normalized()
+        bright, bright_t = (x * STD + MEAN).mean(1, keepdim=True), (xt * STD + MEAN).mean(1, keepdim=True)
+        mean, std = bright.mean(), bright.std()
+        self.x, self.y, self.xt, self.yt = x, (bright - mean) / std, xt, (bright_t - mean) / std
+        self.net = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 1), nn.ReLU())
+        self.opt = sgd(self.net, config)
+
+    def loss(self, outputs, targets):
+        return F.mse_loss(outputs, targets)
+
+
+class BatchNormMomentumTfConvention(FashionCase):
+    # pytorch/vision#8250 (https://github.com/pytorch/vision/issues/8250): "Current BatchNorm momentum
+    # is set to 0.99 [...] taken from the original implementation. But due to the differences between
+    # PyTorch and TensorFlow implementation of BatchNorm, the momentum should be 1-momentum" (also
+    # kazuto1011/deeplab-pytorch#79, r9y9/tacotron_pytorch#19). A CNN whose BatchNorm layers keep
+    # TensorFlow's 0.99.
+    flat = False
+
+    def build(self):
+        return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16, momentum=0.99), nn.ReLU(),
+                             nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32, momentum=0.99),
+                             nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+
+
+class LossDividedByBatchTwice(FashionCase):
+    # felipecode/coiltraine#37 (https://github.com/felipecode/coiltraine/issues/37): "the speed_loss is
+    # being divided by params['branches'][0].shape[0] (the batch_size?) twice" ("Yes, I found this
+    # recently. It was dividing twice"). A mean over the batch, divided by the batch size again.
+    def loss(self, outputs, targets):
+        return F.cross_entropy(outputs, targets) / outputs.shape[0]
+
+
 # ---------------------------------------------------------------- healthy programs
 
 class HealthyBnDropoutCnn(FashionCase):
@@ -542,6 +601,82 @@ class HealthyLoraAdapter(FashionCase):
         base.fc1, base.fc2 = LoraLinear(base.fc1), LoraLinear(base.fc2)
         return base
 
+
+class HealthyVitWarmupCosine(FashionCase):
+    """A small vision transformer (7x7 patches, two pre-norm encoder layers, mean pooling) under AdamW
+    with a linear warm-up of 10 steps and a cosine decay."""
+    flat = False
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02, weight_decay=0.05)
+        total, warmup = self.planned_steps(), 10
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda s: (s + 1) / warmup if s < warmup else
+            0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, total - warmup))))
+
+    def build(self):
+        class Vit(nn.Module):
+            def __init__(self, d=32):
+                super().__init__()
+                self.patch = nn.Conv2d(1, d, 7, stride=7)
+                self.pos = nn.Parameter(torch.randn(1, 16, d) * 0.02)
+                layer = nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.1, batch_first=True, norm_first=True)
+                self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+                self.norm = nn.LayerNorm(d)
+                self.head = nn.Linear(d, 10)
+
+            def forward(self, x):
+                tokens = self.patch(x).flatten(2).transpose(1, 2) + self.pos
+                return self.head(self.norm(self.encoder(tokens)).mean(1))
+        return Vit()
+
+    def optimizer_step(self):
+        self.opt.step()
+        self.schedule.step()
+
+
+class HealthyLabelSmoothingCnn(FashionCase):
+    """A CNN trained with label smoothing 0.1, Nesterov momentum and weight decay."""
+    flat = False
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=config.optimizer.lr, momentum=0.9, nesterov=True,
+                                   weight_decay=5e-4)
+
+    def build(self):
+        return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+
+    def loss(self, outputs, targets):
+        return F.cross_entropy(outputs, targets, label_smoothing=0.1)
+
+
+class HealthyGruClassifier(LstmWithoutBatchFirst):
+    """A two-layer GRU over the image rows (batch_first), dropout between layers, Adam, the gradient
+    norm clipped at 1."""
+    def __init__(self, config):
+        super().__init__(config)
+
+        class RowGru(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gru = nn.GRU(28, 64, num_layers=2, dropout=0.2, batch_first=True)
+                self.fc = nn.Linear(64, 10)
+
+            def forward(self, x):
+                out, _ = self.gru(x)
+                return self.fc(out[:, -1, :])
+        self.net = RowGru()
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+    def optimizer_step(self):
+        torch.nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)
+        self.opt.step()
+
+
 BUGS = {
     "loss_summed_over_batch": LossSummedOverBatch,
     "sigmoid_before_bce_with_logits": SigmoidBeforeBceWithLogits,
@@ -561,6 +696,10 @@ BUGS = {
     "frozen_by_name_filter": FrozenByNameFilter,
     "loss_rebuilt_from_item": LossRebuiltFromItem,
     "unnormalized_regression_targets": UnnormalizedRegressionTargets,
+    "sigmoid_before_cross_entropy": SigmoidBeforeCrossEntropy,
+    "relu_on_regression_output": ReluOnRegressionOutput,
+    "batchnorm_momentum_tf_convention": BatchNormMomentumTfConvention,
+    "loss_divided_by_batch_twice": LossDividedByBatchTwice,
 }
 HEALTHY = {
     "healthy_bn_dropout_cnn": HealthyBnDropoutCnn,
@@ -570,6 +709,9 @@ HEALTHY = {
     "healthy_autoencoder": HealthyAutoencoder,
     "healthy_resnet_zero_gamma": HealthyResnetZeroGamma,
     "healthy_lora_adapter": HealthyLoraAdapter,
+    "healthy_vit_warmup_cosine": HealthyVitWarmupCosine,
+    "healthy_label_smoothing_cnn": HealthyLabelSmoothingCnn,
+    "healthy_gru_classifier": HealthyGruClassifier,
 }
 for _name, _cls in {**BUGS, **HEALTHY}.items():
     spikehunt.register(_name, _cls)

@@ -50,6 +50,11 @@ EXPECTED = {
     "frozen_by_name_filter": ("TrainCheck pytorch-forum-84911", "frozen_parameters", "frozen"),
     "loss_rebuilt_from_item": ("isayev/ReLeaSE#39", "gradient_flow", "no gradient reaches"),
     "unnormalized_regression_targets": ("rstudio-conf-2020/dl-keras-tf#9", "target_scale", "unnormalized"),
+    # The fourth batch, written after the first eighteen were fixed and before the doctor ran on these:
+    "sigmoid_before_cross_entropy": ("opendataval/opendataval#25", "loss_output_mismatch", "sigmoid's range"),
+    "relu_on_regression_output": ("ProteomicsML/ProteomicsML#203", "loss_output_mismatch", "negative"),
+    "batchnorm_momentum_tf_convention": ("pytorch/vision#8250", "batchnorm_momentum", "momentum"),
+    "loss_divided_by_batch_twice": ("felipecode/coiltraine#37", "loss_scale", "divided by the batch size"),
 }
 # A ResNet trained at 0.1 with momentum 0.9 and no warm-up goes extreme at step 20 for seed 1 (the monitor's
 # call, which the doctor keeps): warm-up is what that learning rate needs, so its three are lower.
