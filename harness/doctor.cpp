@@ -1577,7 +1577,7 @@ void annotate_consequences(DoctorReport& report) {
       {"dead_units", {"init_symmetry", "input_scale", "loss_scale"}},
       {"gradient_flow", {"init_symmetry", "loss_scale", "input_scale", "dropout_rate", "shared_modules",
                          "optimizer_coverage", "target_scale"}},
-      {"prediction_collapse", {"batch_composition", "batch_repeats", "label_balance", "target_leak", "init_symmetry",
+      {"prediction_collapse", {"batch_composition", "batch_repeats", "batchnorm_momentum", "label_balance", "target_leak", "init_symmetry",
                                "dropout_rate", "batchnorm_batch_size", "loss_output_mismatch", "monitor_health"}},
       {"grad_norm_range", {"loss_scale", "input_scale", "init_symmetry", "target_scale"}},
       {"monitor_health", {"loss_scale", "input_scale", "batch_composition", "loss_output_mismatch", "init_symmetry",
@@ -1613,7 +1613,7 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
                                      "frozen_output",     "gradient_flow",     "dead_units",         "non_finite_source",
                                      "prediction_collapse", "grad_norm_range", "monitor_health", "target_leak",
                                      "batch_composition", "init_symmetry",  "batchnorm_batch_size", "loss_scale", "dropout_rate", "target_padding",
-                                     "shared_modules", "frozen_parameters", "batch_repeats", "target_scale"};
+                                     "shared_modules", "frozen_parameters", "batch_repeats", "target_scale", "batchnorm_momentum"};
   auto rest_skipped = [&](const std::string& why) {
     for (const char* name : kAll) {
       if (report.find(name) == nullptr) report.signs.push_back(skipped(name, why));
@@ -1649,6 +1649,7 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     report.signs.push_back(timed([&] { return init_symmetry(*s); }));  // before any step changes the parameters
     report.signs.push_back(timed([&] { return frozen_parameters(*s); }));
     report.signs.push_back(timed([&] { return batchnorm_batch_size(*s, p.batches.front()); }));
+    report.signs.push_back(timed([&] { return batchnorm_momentum(*s, p.batches.front()); }));
     report.signs.push_back(timed([&] { return dropout_rate(*s, p.batches.front()); }));
     report.signs.push_back(timed([&] { return shared_modules(*s); }));
     report.signs.push_back(timed([&] { return target_padding(*s, p.batches.front()); }));
@@ -1661,6 +1662,7 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     const double scaling = loss_batch_scaling(*s, p.batches.front());
     const LossProbe probe = probe_loss(*s, first_out, p.batches.front());
     const int loss_link = loss_reaches_outputs(*s, p.batches.front());
+    const std::string bounded = bounded_logits(*s, first_out, p.batches.front());
     const double probe_seconds = seconds_since(probe_start);
     s.reset();
     report.signs.push_back(timed([&] { return overfit_one_batch(make, p, o); }));
@@ -1682,7 +1684,16 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
       // linear output that merely starts small moves toward its targets).
       const std::string start = output_range_miss(first_out, p.batches.front().targets);
       const std::string end = start.empty() ? std::string() : output_range_miss(w.outputs_after, p.batches.front().targets);
-      if (!end.empty()) {
+      const bool still_bounded = !bounded.empty() && w.outputs_after.min().item<double>() >= 0 &&
+                                 w.outputs_after.max().item<double>() <= 1;
+      if (still_bounded) {
+        m.evidence += "; " + bounded + " (at step 0, and every output still in (0, 1) after " +
+                      std::to_string(w.records.size()) + " steps)";
+        m.named = {"output activation"};
+        fail(m, kRankLossMismatch, bounded,
+             "give the loss the raw scores (logits): cross-entropy applies its own softmax, so drop the sigmoid "
+             "(or use it only to read probabilities outside the loss)");
+      } else if (!end.empty()) {
         m.evidence += "; at step 0 " + start + "; after " + std::to_string(w.records.size()) + " steps " + end;
         m.named = {"output activation"};
         fail(m, kRankLossMismatch,

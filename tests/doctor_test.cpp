@@ -43,7 +43,7 @@ TEST(Doctor, HealthyControlPassesEverySign) {
   const DoctorReport r = doctor("healthy");
   EXPECT_TRUE(r.passed()) << doctor_text(r);
   EXPECT_EQ(r.top(), nullptr);
-  EXPECT_EQ(r.signs.size(), 31u);
+  EXPECT_EQ(r.signs.size(), 32u);
   for (const VitalSign& s : r.signs) EXPECT_FALSE(s.skipped) << s.name << ": " << s.evidence;
   EXPECT_EQ(r.parameters, 55050);
   EXPECT_NE(doctor_text(r).find("no vital sign failed"), std::string::npos);
@@ -143,7 +143,7 @@ TEST(Doctor, UnknownPlantedBugIsBadInput) {
 TEST(DoctorCli, ExitCodesAndJson) {
   auto r = testing::run_spikehunt("doctor --planted healthy");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("31 vital signs: 31 passed, 0 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("32 vital signs: 32 passed, 0 failed"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("planted bug healthy: mlp 2x64, relu, 55,050 parameters"), std::string::npos) << r.output;
   r = testing::run_spikehunt("doctor --planted dead_relu --json");
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -276,6 +276,21 @@ TEST(DoctorProbes, BoundedOutputsAgainstTargetsOutsideTheirBound) {
             std::string::npos) << miss;
   EXPECT_EQ(doctor_detail::output_range_miss(sigmoid_out, (signed_targets + 1) / 2), "");  // mapped into (0, 1)
   EXPECT_EQ(doctor_detail::output_range_miss(torch::tensor({-3.0, 2.0, 0.5, 0.1}).unsqueeze(1), signed_targets), "");
+  // A rectifier's outputs (exactly 0 beside positive values) against negative targets.
+  const std::string relu = doctor_detail::output_range_miss(torch::tensor({0.0, 0.0, 1.5, 0.3}).unsqueeze(1),
+                                                            torch::tensor({-0.5, -1.2, 1.0, 0.2}).unsqueeze(1));
+  EXPECT_NE(relu.find("50% are exactly 0 (a rectifier's range), but 50% of the targets are negative"),
+            std::string::npos) << relu;
+}
+
+TEST(DoctorProbes, AMeanDividedByTheBatchSizeAgainIsNamedWithWhatTheRunDid) {
+  std::vector<StepRecord> records(8);
+  for (size_t i = 0; i < records.size(); ++i) records[i].loss = 0.036 - 0.001 * double(i), records[i].lr = 0.05;
+  const VitalSign divided = doctor_detail::loss_scale(0.5, 64, records, Verdict{});
+  ASSERT_FALSE(divided.passed) << divided.evidence;
+  EXPECT_NE(divided.cause.find("divided by the batch size on top of its mean"), std::string::npos) << divided.cause;
+  EXPECT_NE(divided.cause.find("1/64 of a mean's"), std::string::npos) << divided.cause;
+  EXPECT_TRUE(doctor_detail::loss_scale(1.0, 64, records, Verdict{}).passed);
 }
 
 TEST(DoctorProbes, EveryWeightFrozenIsNamedAndATrainedHeadIsNot) {

@@ -144,6 +144,12 @@ VitalSign target_padding(Scenario& fresh, const Batch& batch);
 VitalSign batch_repeats(const std::vector<StepRecord>& records);
 VitalSign frozen_parameters(Scenario& fresh);
 std::string output_range_miss(const torch::Tensor& outputs, const torch::Tensor& targets);
+// bounded_logits: every output of a (B, C) classification in (0, 1) without summing to 1, and the loss
+// at the best outputs that range allows (one-hot) still 0.3 or more: what was measured, or "".
+std::string bounded_logits(Scenario& fresh, const torch::Tensor& outputs, const Batch& batch);
+//   batchnorm_momentum  the new batch's weight in BatchNorm's running statistics, measured from the
+//                       running mean after one and two training passes of one batch: 0.5 or more
+VitalSign batchnorm_momentum(Scenario& fresh, const Batch& batch);
 VitalSign target_scale(const Batch& batch, const torch::Tensor& outputs, const std::vector<StepRecord>& records,
                        const Verdict& verdict);
 

@@ -79,11 +79,35 @@ VitalSign loss_scale(double scaling, int64_t n, const std::vector<StepRecord>& r
   double peak = 0;
   for (const StepRecord& r : records) peak = std::max(peak, std::isfinite(r.grad_norm) ? r.grad_norm : INFINITY);
   const bool summed = scaling > 1.8 && scaling < 2.2;
+  const bool divided = scaling > 0.4 && scaling < 0.6;  // a mean divided by the batch size again
   v.data = {{"batch_over_halves", number(scaling)}, {"batch_size", n}, {"peak_grad_norm", number(peak)}};
   v.evidence = "the batch's loss is " + fmt(scaling) + "x the mean of its halves' losses (a mean over samples gives 1, "
                "a sum 2)";
-  if (!summed) return v;
   const double lr = records.empty() ? NAN : records.front().lr;
+  if (divided) {
+    // What that did: the training loss over the watched run, its first quarter against its last.
+    double head = 0, tail = 0;
+    size_t nh = 0, nt = 0;
+    for (size_t i = 0; i < records.size(); ++i) {
+      if (!std::isfinite(records[i].loss)) continue;
+      if (i < records.size() / 4) head += records[i].loss, ++nh;
+      if (i >= records.size() * 3 / 4) tail += records[i].loss, ++nt;
+    }
+    // No API divides a mean by the batch size again: a bug whatever the run did, which is stated.
+    const double fell = nh == 0 || nt == 0 || head <= 0 ? NAN : 1 - (tail / double(nt)) / (head / double(nh));
+    const std::string run = std::isfinite(fell) ? "the training loss fell " + fmt(100 * fell) +
+                                                      "% from the first quarter of the watched run to the last"
+                                                : std::string("the watched run's losses are not finite");
+    v.evidence += ": divided by the batch size on top of the mean; " + run;
+    v.named = {"loss"};
+    fail(v, kRankLossScale,
+         "the loss is divided by the batch size on top of its mean: a batch's loss is " + fmt(scaling) +
+             "x the mean of its halves', so its gradient and each step are 1/" + std::to_string(n) +
+             " of a mean's at the same learning rate (" + fmt(lr) + "); " + run,
+         "drop the extra division: reduction=\"mean\" (the default) already averages over the batch");
+    return v;
+  }
+  if (!summed) return v;
   std::string consequence;
   if (verdict.outcome == Outcome::kNonFinite && verdict.failure_step) {
     consequence = "the run went non-finite at step " + std::to_string(*verdict.failure_step);
@@ -512,19 +536,122 @@ std::string output_range_miss(const torch::Tensor& out, const torch::Tensor& tar
   torch::NoGradGuard no_grad;
   const torch::Tensor o = out.detach().to(torch::kFloat64), y = targets.detach().to(out.device()).to(torch::kFloat64);
   const double lo = o.min().item<double>(), hi = o.max().item<double>();
+  const double zeros = (o == 0).to(torch::kFloat64).mean().item<double>();
+  auto share = [&](const torch::Tensor& outside) { return outside.to(torch::kFloat64).mean().item<double>(); };
+  const std::string span = " (targets from " + fmt(y.min().item<double>()) + " to " + fmt(y.max().item<double>()) + ")";
+  if (lo >= 0 && zeros >= 0.1) {  // a rectifier's: exactly 0 beside positive values
+    const double negative = share(y < 0);
+    if (negative < 0.1) return {};
+    return "every output is at least 0 and " + fmt(100 * zeros) + "% are exactly 0 (a rectifier's range), but " +
+           fmt(100 * negative) + "% of the targets are negative" + span;
+  }
   struct Range {
     double lo, hi;
     const char* what;
   };
   for (const Range r : {Range{0, 1, "(0, 1), a sigmoid's range"}, Range{-1, 1, "(-1, 1), a tanh's range"}}) {
     if (lo < r.lo || hi > r.hi) continue;
-    const double outside = ((y < r.lo) | (y > r.hi)).to(torch::kFloat64).mean().item<double>();
+    const double outside = share((y < r.lo) | (y > r.hi));
     if (outside < 0.1) return {};
-    const double ymin = y.min().item<double>(), ymax = y.max().item<double>();
     return "every output lies in " + std::string(r.what) + ", but " + fmt(100 * outside) +
-           "% of the targets are outside it (targets from " + fmt(ymin) + " to " + fmt(ymax) + ")";
+           "% of the targets are outside it" + span;
   }
   return {};
+}
+
+std::string bounded_logits(Scenario& s, const torch::Tensor& out, const Batch& b) {
+  const torch::Tensor& y = b.targets;
+  if (!out.defined() || out.dim() != 2 || out.size(1) < 3 || !y.defined() || y.is_floating_point() || y.dim() != 1 ||
+      y.size(0) != out.size(0)) {
+    return {};
+  }
+  torch::NoGradGuard no_grad;
+  const torch::Tensor o = out.detach().to(torch::kFloat64);
+  if (o.min().item<double>() < 0 || o.max().item<double>() > 1) return {};
+  if ((o.sum(1) - 1).abs().max().item<double>() < 1e-3) return {};  // distributions: softmax twice, checked apart
+  const int64_t c = out.size(1);
+  if (y.min().item<int64_t>() < 0 || y.max().item<int64_t>() >= c) return {};
+  // The best outputs that range allows: 1 for the label, 0 for every other class.
+  const torch::Tensor best = torch::one_hot(y.to(out.device()), c).to(out.scalar_type());
+  const double floor = guarded("loss", [&] { return s.loss(best, y); }).item<double>();
+  if (!std::isfinite(floor) || floor < 0.3) return {};
+  return "every output lies in (0, 1), a sigmoid's range, and the loss takes them as logits: at the best outputs "
+         "that range allows (1 for the label, 0 for the other " + std::to_string(c - 1) + " classes) it is still " +
+         fmt(floor) + ", so no prediction can become confident";
+}
+
+VitalSign batchnorm_momentum(Scenario& s, const Batch& b) {
+  VitalSign v = sign("batchnorm_momentum");
+  torch::nn::Module& model = s.model();
+  struct Stat {
+    std::string layer;
+    torch::Tensor mean, saved;
+  };
+  std::vector<Stat> stats;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> restore;  // every buffer the probe touches, and its value
+  for (const auto& item : model.named_buffers()) {
+    const std::string& name = item.key();
+    const torch::Tensor& t = item.value();
+    const bool mean = name.size() > 13 && name.compare(name.size() - 13, 13, ".running_mean") == 0;
+    const bool var = name.size() > 12 && name.compare(name.size() - 12, 12, ".running_var") == 0;
+    const bool tracked = name.size() > 20 && name.compare(name.size() - 20, 20, ".num_batches_tracked") == 0;
+    if (!mean && !var && !tracked) continue;
+    restore.push_back({t, t.detach().clone()});
+    if (mean) stats.push_back({name.substr(0, name.size() - 13), t, {}});
+  }
+  if (stats.empty()) {
+    v.evidence = "no BatchNorm running statistics";
+    return v;
+  }
+  torch::NoGradGuard no_grad;
+  const bool was = model.is_training();
+  std::vector<double> measured;
+  std::vector<std::string> high;
+  try {
+    KeepRng keep;
+    model.train();
+    for (auto& [t, saved] : restore) {
+      if (t.scalar_type() == torch::kLong) t.fill_(1000);  // a cumulative average (momentum None) moves by 1/1000
+    }
+    for (Stat& st : stats) st.mean.zero_();
+    std::vector<torch::Tensor> first;
+    for (int pass = 0; pass < 2; ++pass) {  // the same batch twice, with the same dropout masks
+      keep.reseed(4321);
+      guarded("forward", [&] { return s.forward(b.inputs, Tap()); });
+      if (pass == 0) {
+        for (Stat& st : stats) first.push_back(st.mean.detach().to(torch::kFloat64).clone());
+      }
+    }
+    // From a zero mean: m1 = momentum * mu, m2 = (1 - momentum) * m1 + momentum * mu = (2 - momentum) * m1.
+    for (size_t i = 0; i < stats.size(); ++i) {
+      const torch::Tensor m1 = first[i], m2 = stats[i].mean.detach().to(torch::kFloat64);
+      const torch::Tensor ok = m1.abs() > 1e-6;
+      if (!ok.any().item<bool>()) continue;
+      const double momentum = (2 - m2.masked_select(ok) / m1.masked_select(ok)).median().item<double>();
+      measured.push_back(momentum);
+      if (momentum >= 0.5) high.push_back(fmt(momentum) + " in " + stats[i].layer);
+    }
+  } catch (...) {
+    for (auto& [t, saved] : restore) t.copy_(saved);
+    model.train(was);
+    throw;
+  }
+  for (auto& [t, saved] : restore) t.copy_(saved);
+  model.train(was);
+  v.data = {{"layers", stats.size()}, {"momentum_measured", measured}};
+  v.evidence = std::to_string(stats.size()) + " BatchNorm layer(s); the weight of a new batch in their running "
+               "statistics, measured from the running mean after one and two training passes of one batch:";
+  for (size_t i = 0; i < measured.size() && i < 6; ++i) v.evidence += (i ? ", " : " ") + fmt(measured[i]);
+  if (!high.empty()) {
+    v.named = high;
+    fail(v, kRankBatchNormBatch,
+         "BatchNorm's running statistics follow the last batch: the new batch's weight (momentum) is " + list(high, 3) +
+             " (measured: the running mean after one and two passes of one batch), where PyTorch's default is 0.1: "
+             "its momentum is the new batch's weight, so TensorFlow's 0.99 is PyTorch's 0.01, and evaluation "
+             "normalizes with the statistics of the last few training batches",
+         "give BatchNorm momentum = 1 - (the TensorFlow/Keras value), e.g. 0.01 for 0.99");
+  }
+  return v;
 }
 
 VitalSign target_scale(const Batch& b, const torch::Tensor& out, const std::vector<StepRecord>& records,

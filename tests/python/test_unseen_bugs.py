@@ -2,11 +2,13 @@
 classes in none of its other suites, whose expected causes were written before
 the doctor first ran on them (first runs: 0 of 9 named with 11 false alarms
 in 36 healthy runs, then 0 of a second batch of 3, then 0 of a third batch of
-6 with 3 false alarms in 27; docs/doctor.md). Each
+6 with 3 false alarms in 27, then 0 of a fourth batch of 4 with none in 27;
+docs/doctor.md). Each
 case's top-ranked cause is pinned, with the numbers its probe measured, and no sign fires on the healthy programs (a CNN
 with BatchNorm and Dropout, an LSTM, a pre-norm transformer, a zero-initialized
 head, a denoising autoencoder, a ResNet with zero-initialized last BatchNorm
-scales, a LoRA adapter) over 3 seeds and 3 learning rates."""
+scales, a LoRA adapter, a ViT with warm-up and cosine decay, a CNN with label
+smoothing, a GRU with clipping) over 3 seeds and 3 learning rates."""
 import os
 import sys
 
@@ -57,6 +59,11 @@ def test_each_cause_says_what_its_probe_measured(bugs):
     assert "bn1.weight, bn1.bias, bn2.weight, bn2.bias" in rows["frozen_by_name_filter"]["cause"]
     assert "differentiated, it gives them no gradient" in rows["loss_rebuilt_from_item"]["cause"]
     assert "went non-finite at step" in rows["unnormalized_regression_targets"]["cause"]
+    # The fourth batch.
+    assert "it is still 1.461" in rows["sigmoid_before_cross_entropy"]["cause"]
+    assert "of the targets are negative" in rows["relu_on_regression_output"]["cause"]
+    assert "(momentum) is 0.99 in 1" in rows["batchnorm_momentum_tf_convention"]["cause"]
+    assert "1/64 of a mean's" in rows["loss_divided_by_batch_twice"]["cause"]
     assert "layers.0, layers.1, layers.2, layers.3" in rows["residual_stack_shared_by_list_multiplication"]["cause"]
     # A cause found by an intervention outranks the consequences it produced: no shifted-label claim
     # for batches of one class (every class predicted as the last one seen is a collapse, not a shift).
@@ -65,7 +72,7 @@ def test_each_cause_says_what_its_probe_measured(bugs):
 
 def test_no_sign_fires_on_the_healthy_programs_across_seeds_and_learning_rates(tmp_path):
     rc, text, rows = run_suite(tmp_path, "--healthy")
-    assert len(rows["healthy"]) == 7 * 3 * 3, text
+    assert len(rows["healthy"]) == 10 * 3 * 3, text
     alarms = [(r["case"], r["seed"], r["lr"], r["alarms"]) for r in rows["healthy"] if r["alarms"]]
     assert not alarms, text
     assert rc == 0 and "false alarms 0" in text, text
