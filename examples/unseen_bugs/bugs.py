@@ -440,6 +440,144 @@ class LossDividedByBatchTwice(FashionCase):
         return F.cross_entropy(outputs, targets) / outputs.shape[0]
 
 
+# ---------------------------------------------------------------- the fifth batch (added after the first twenty-two were fixed)
+
+class LayersInPythonList(FashionCase):
+    # pytorch/pytorch#59925 (https://github.com/pytorch/pytorch/issues/59925): "self.layers =
+    # [torch.nn.Linear(4, 4) for i in range(2)] [...] optimizers may silently fail to update parameters
+    # of those modules" (also ikostrikov/pytorch-meta-optimizer#11: "the current version will not train
+    # the LSTM weights at all"). The hidden layers kept in a plain list.
+    def build(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = [nn.Linear(784, 128), nn.Linear(128, 64)]  # a list: not registered
+                self.out = nn.Linear(64, 10)
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = F.relu(layer(x))
+                return self.out(x)
+        return Net()
+
+
+class LinearCreatedInForward(FashionCase):
+    # graykode/nlp-tutorial#29 (https://github.com/graykode/nlp-tutorial/issues/29): "If create the
+    # Linear() casually, it won't be trained during training": the tutorial's attention ends in
+    # `output = nn.Linear(n_heads * d_v, d_model)(context)` and `nn.LayerNorm(d_model)(output + residual)`,
+    # built in forward().
+    def build(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1 = nn.Linear(784, 128)
+                self.out = nn.Linear(128, 10)
+
+            def forward(self, x):
+                residual = F.relu(self.fc1(x))
+                output = nn.Linear(128, 128)(residual)
+                return self.out(nn.LayerNorm(128)(output + residual))
+        return Net()
+
+
+class IgnoreIndexIsAClass(FashionCase):
+    # nyu-mll/jiant#925 (https://github.com/nyu-mll/jiant/issues/925): "we put ignore_index as
+    # pad_index. I've definitely had it happen where I have 0 as a target class for the tagger [...]
+    # the cross_entropy ignores all 0 class in the target". The padding index, 0, is a class here.
+    pad_index = 0
+
+    def loss(self, outputs, targets):
+        return F.cross_entropy(outputs, targets, ignore_index=self.pad_index)
+
+
+class WarmupRestartsEachEpoch(FashionCase):
+    # Vision-CAIR/MiniGPT-4#263 (https://github.com/Vision-CAIR/MiniGPT-4/pull/263): "LR resets every
+    # epoch during warmup to warmup_start_lr because it uses inner epoch step counter". A linear
+    # warm-up of 200 steps counted by the step within the epoch, epochs of 23 batches.
+    train = 1500
+    warmup = 200
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.base_lr = config.optimizer.lr
+
+    def optimizer_step(self):
+        cur_step = (self.done - 1) % self.batches_per_epoch()  # the inner epoch step counter
+        for group in self.opt.param_groups:
+            group["lr"] = self.base_lr * min(1.0, (cur_step + 1) / self.warmup)
+        self.opt.step()
+
+
+class AttentionSoftmaxOverQueries(TextCase):
+    # karpathy/minGPT#132 (https://github.com/karpathy/minGPT/issues/132): "I accidentally changed the
+    # softmax dimension to -2 instead of -1 and got incredibly low losses on both the training and
+    # validation set. However, when generating from the model, I get very low-quality result" (also
+    # karpathy/ng-video-lecture#42). The causal attention normalized over the queries.
+    def __init__(self, config):
+        super().__init__(config)
+
+        class WrongDim(Attention):
+            def forward(self, x):
+                b, t, d = x.shape
+                q, k, v = self.qkv(x).split(d, dim=2)
+                att = (q @ k.transpose(1, 2)) / math.sqrt(d)
+                att = att.masked_fill(self.mask[:, :t, :t] == 0, float("-inf")).softmax(dim=-2)
+                att = F.dropout(att, self.dropout, training=self.training)
+                return self.proj(att @ v)
+        self.net = TinyGPT(WrongDim(32, self.block, 0.1))
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
+class EncoderUnderNoGrad(FashionCase):
+    # rll-research/cic#5 (https://github.com/rll-research/cic/issues/5): "the observations are encoded
+    # inside torch.no_grad which means that there is no gradient calculation for the CNN, which means
+    # that the CNN weights will not be updated". A CNN encoder run under no_grad, its head trained,
+    # one optimizer over both.
+    flat = False
+
+    def build(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.encoder = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                             nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                             nn.Flatten())
+                self.head = nn.Sequential(nn.Linear(32 * 7 * 7, 64), nn.ReLU(), nn.Linear(64, 10))
+
+            def forward(self, obs):
+                with torch.no_grad():
+                    h = self.encoder(obs)
+                return self.head(h)
+        return Net()
+
+
+class ValidationInTrainingSet(FashionCase):
+    # ratschlab/aestetik#12 (https://github.com/ratschlab/aestetik/pull/12): "setup() builds
+    # self.train_dataset and self.val_dataset via random_split, but train_dataloader wraps self.dataset
+    # (the full set), so validation samples leak into training". The training batches drawn from the
+    # full set, the held-out split inside it.
+    def __init__(self, config):
+        super().__init__(config)
+        self.x, self.y = torch.cat([self.x, self.xt]), torch.cat([self.y, self.yt])
+
+
+class OptimizerSteppedTwice(FashionCase):
+    # mzolfaghari/ECO-pytorch#1 (https://github.com/mzolfaghari/ECO-pytorch/pull/1): "This pull request
+    # fixes duplicate optimizer step when using iter_size > 1. Original code performed step even
+    # outside the iter_size 'if' clause". Adam with iter_size 2: a step every second batch inside the
+    # clause, and one after it on every batch.
+    iter_size = 2
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+    def optimizer_step(self):
+        if self.done % self.iter_size == 0:
+            self.opt.step()
+        self.opt.step()  # outside the clause
+
+
 # ---------------------------------------------------------------- healthy programs
 
 class HealthyBnDropoutCnn(FashionCase):
@@ -700,6 +838,14 @@ BUGS = {
     "relu_on_regression_output": ReluOnRegressionOutput,
     "batchnorm_momentum_tf_convention": BatchNormMomentumTfConvention,
     "loss_divided_by_batch_twice": LossDividedByBatchTwice,
+    "layers_in_python_list": LayersInPythonList,
+    "linear_created_in_forward": LinearCreatedInForward,
+    "ignore_index_is_a_class": IgnoreIndexIsAClass,
+    "warmup_restarts_each_epoch": WarmupRestartsEachEpoch,
+    "attention_softmax_over_queries": AttentionSoftmaxOverQueries,
+    "encoder_under_no_grad": EncoderUnderNoGrad,
+    "validation_in_training_set": ValidationInTrainingSet,
+    "optimizer_stepped_twice": OptimizerSteppedTwice,
 }
 HEALTHY = {
     "healthy_bn_dropout_cnn": HealthyBnDropoutCnn,

@@ -55,6 +55,15 @@ EXPECTED = {
     "relu_on_regression_output": ("ProteomicsML/ProteomicsML#203", "loss_output_mismatch", "negative"),
     "batchnorm_momentum_tf_convention": ("pytorch/vision#8250", "batchnorm_momentum", "momentum"),
     "loss_divided_by_batch_twice": ("felipecode/coiltraine#37", "loss_scale", "divided by the batch size"),
+    # The fifth batch, written after the first twenty-two were fixed and before the doctor ran on these:
+    "layers_in_python_list": ("pytorch/pytorch#59925", "unregistered_parameters", "not parameters of model()"),
+    "linear_created_in_forward": ("graykode/nlp-tutorial#29", "unregistered_parameters", "not parameters of model()"),
+    "ignore_index_is_a_class": ("nyu-mll/jiant#925", "ignored_class", "class 0"),
+    "warmup_restarts_each_epoch": ("Vision-CAIR/MiniGPT-4#263", "lr_schedule", "back to its starting value"),
+    "attention_softmax_over_queries": ("karpathy/minGPT#132", "target_leak", "later positions"),
+    "encoder_under_no_grad": ("rll-research/cic#5", "gradient_flow", "no gradient reaches"),
+    "validation_in_training_set": ("ratschlab/aestetik#12", "heldout_overlap", "training batches"),
+    "optimizer_stepped_twice": ("mzolfaghari/ECO-pytorch#1", "optimizer_steps", "stepped"),
 }
 # A ResNet trained at 0.1 with momentum 0.9 and no warm-up goes extreme at step 20 for seed 1 (the monitor's
 # call, which the doctor keeps): warm-up is what that learning rate needs, so its three are lower.
