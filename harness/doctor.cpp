@@ -203,6 +203,8 @@ struct Watched {
   std::vector<Param> params;
   std::vector<double> grads_after_step;         // per step: L2 of the gradients left after optimizer_step()
   std::map<std::string, int64_t> not_training;  // module -> steps it trained in eval mode
+  int64_t optimizer_state_steps = -1;           // the first optimized parameter's step count after the run
+  std::string optimizer_state_of;               // that parameter
 };
 
 // A classification loss is at least 0, and a stable one stays finite when
@@ -383,6 +385,28 @@ std::optional<VitalSign> foreign_optimizer_tensors(Scenario& s) {
          "optimizer \"" + holder + "\" updates a tensor of shape " + c10::str(foreign.front().sizes()) +
              " that is not a parameter of model()",
          "register it in the model (register_parameter / register_module) so it is monitored and checkpointed");
+  }
+  return v;
+}
+
+// The optimizer's own step count (Adam's, AdamW's, ...) against the steps
+// watched: more optimizer steps than training steps is an update applied
+// twice to one gradient. Fewer is gradient accumulation, which passes.
+VitalSign optimizer_steps(const Watched& w) {
+  VitalSign v = sign("optimizer_steps");
+  if (w.optimizer_state_steps < 0) return skipped("optimizer_steps", "no optimizer keeps a step count");
+  const int64_t steps = int64_t(w.records.size());
+  v.data = {{"optimizer_steps", w.optimizer_state_steps}, {"training_steps", steps}, {"parameter", w.optimizer_state_of}};
+  v.evidence = "the optimizer's step count of " + w.optimizer_state_of + " is " +
+               std::to_string(w.optimizer_state_steps) + " after " + std::to_string(steps) + " training steps";
+  if (w.optimizer_state_steps > steps && steps > 0) {
+    v.named = {w.optimizer_state_of};
+    fail(v, kRankCoverage,
+         "the optimizer stepped " + std::to_string(w.optimizer_state_steps) + " times in " + std::to_string(steps) +
+             " training steps (its step count of " + w.optimizer_state_of + "): an update is applied more than once "
+             "to one gradient",
+         "call optimizer.step() once per update: a step inside an accumulation clause and another after it applies "
+         "the same gradient twice");
   }
   return v;
 }
@@ -676,6 +700,19 @@ Watched watch(const ScenarioFactory& make, const Probe& p, const DoctorOptions& 
   };
   w.verdict = run_burst(*s, rules, options).verdict;
   if (w.verdict.outcome == Outcome::kCrashed) return w;
+  {
+    const std::vector<NamedOptimizer> optimizers = s->optimizers();
+    for (const ParamSlot& slot : slots) {
+      if (slot.optimizer < 0) continue;
+      const std::optional<ParamState> st = param_state(*optimizers[size_t(slot.optimizer)].optimizer, slot.tensor);
+      if (!st) continue;
+      if (st->step) w.optimizer_state_steps = *st->step;
+      else if (st->step_tensor.defined()) w.optimizer_state_steps = int64_t(st->step_tensor.item<double>());
+      else continue;
+      w.optimizer_state_of = slot.name;
+      break;
+    }
+  }
   for (size_t i = 0; i < slots.size(); ++i) w.params[i].changed = !torch::equal(slots[i].tensor.detach(), initial[i]);
   const torch::Tensor after = fixed_outputs(*s, p.batches.front());
   w.outputs_moved = (after - w.outputs_before).abs().max().item<double>();
@@ -738,7 +775,7 @@ int loss_reaches_outputs(Scenario& s, const Batch& b) {
   }
 }
 
-VitalSign gradient_flow(const Watched& w, const DoctorOptions& o, int loss_link) {
+VitalSign gradient_flow(const Watched& w, const DoctorOptions& o, int loss_link, const GraphProbe& graph) {
   VitalSign v = sign("gradient_flow");
   if (w.records.empty() || w.weights.empty()) return skipped("gradient_flow", "no weights or no step");
   const size_t n = w.weights.size();
@@ -811,8 +848,25 @@ VitalSign gradient_flow(const Watched& w, const DoctorOptions& o, int loss_link)
   } else if (!zero.empty()) {
     v.named = zero;
     v.evidence += "; exactly zero gradient: " + list(zero);
-    fail(v, kRankGradientFlow, "no gradient reaches " + list(zero, 3),
-         "a detach(), a missing path from them to the loss, or units that never fire");
+    // Whether the loss's graph reaches them at all (read from it: graph.cpp).
+    std::vector<std::string> cut;
+    for (const std::string& layer : zero) {
+      for (const std::string& name : graph.unreached) {
+        if (layer_of(name) == layer && std::find(cut.begin(), cut.end(), layer) == cut.end()) cut.push_back(layer);
+      }
+    }
+    if (graph.measured && cut.size() == zero.size()) {
+      v.evidence += "; the loss's autograd graph does not reach them";
+      fail(v, kRankCoverage,
+           "no gradient reaches " + list(zero, 3) + ": the loss's autograd graph does not reach their parameters, "
+               "so they are computed without a graph (under torch.no_grad() or detached) while an optimizer holds "
+               "them",
+           "compute them with autograd on (remove the no_grad() / detach() around them), or freeze them on purpose "
+           "with requires_grad_(False)");
+    } else {
+      fail(v, kRankGradientFlow, "no gradient reaches " + list(zero, 3),
+           "a detach(), a missing path from them to the loss, or units that never fire");
+    }
   } else if (!exploding.empty() || climbing) {
     v.named = exploding;
     v.evidence += exploding.empty() ? "; the global grad norm climbed 5 steps running, 10x in all"
@@ -1471,10 +1525,26 @@ VitalSign lr_schedule(const Watched& w) {
     last = r.lr;
     if (fell < 0 && peak > 0 && r.lr < 0.01 * peak) fell = r.step;
   }
-  v.data = {{"peak", peak}, {"last", last}, {"fell_below_1pct_at", fell}, {"planned_steps", planned}};
+  // A warm-up that starts over: a one-step drop back to the first step's learning rate from twice it or more.
+  int64_t restart = -1;
+  double before = 0;
+  const double first = w.records.front().lr;
+  for (size_t i = 1; i < w.records.size() && restart < 0 && first > 0; ++i) {
+    const double prev = w.records[i - 1].lr, now = w.records[i].lr;
+    if (prev >= 2 * first && std::fabs(now - first) <= 0.01 * first) restart = w.records[i].step, before = prev;
+  }
+  v.data = {{"peak", peak}, {"last", last}, {"fell_below_1pct_at", fell}, {"planned_steps", planned},
+            {"restarted_at", restart}};
   v.evidence = "applied learning rate: peak " + fmt(peak) + ", " + fmt(last) + " at step " +
                std::to_string(w.records.back().step) + " of " + std::to_string(planned) + " planned";
-  if (fell >= 0 && double(fell) < 0.25 * double(planned)) {
+  if (restart >= 0) {
+    v.named = {"schedule"};
+    fail(v, kRankLrSchedule,
+         "the learning rate goes back to its starting value at step " + std::to_string(restart) + " (from " +
+             fmt(before) + " to " + fmt(first) + ", its value at step " + std::to_string(w.records.front().step) +
+             "): the warm-up starts over instead of finishing (the highest it reached: " + fmt(peak) + ")",
+         "count the warm-up by the global step, not the step within the epoch");
+  } else if (fell >= 0 && double(fell) < 0.25 * double(planned)) {
     v.named = {"schedule"};
     fail(v, kRankLrSchedule,
          "the learning rate falls to under 1% of its peak (" + fmt(peak) + ") by step " + std::to_string(fell) +
@@ -1576,7 +1646,7 @@ void annotate_consequences(DoctorReport& report) {
       {"non_finite_source", {"loss_scale", "input_scale", "loss_output_mismatch", "init_symmetry", "target_scale"}},
       {"dead_units", {"init_symmetry", "input_scale", "loss_scale"}},
       {"gradient_flow", {"init_symmetry", "loss_scale", "input_scale", "dropout_rate", "shared_modules",
-                         "optimizer_coverage", "target_scale"}},
+                         "optimizer_coverage", "target_scale", "unregistered_parameters"}},
       {"prediction_collapse", {"batch_composition", "batch_repeats", "batchnorm_momentum", "label_balance", "target_leak", "init_symmetry",
                                "dropout_rate", "batchnorm_batch_size", "loss_output_mismatch", "monitor_health"}},
       {"grad_norm_range", {"loss_scale", "input_scale", "init_symmetry", "target_scale"}},
@@ -1588,7 +1658,7 @@ void annotate_consequences(DoctorReport& report) {
     if (v.passed || v.skipped || it == kCauses.end()) continue;
     if (v.name == "non_finite_source" && v.rank != kRankOverflow) continue;  // an operation making NaN is a cause
     if (v.name == "overfit_one_batch" && v.rank != kRankOverfit) continue;   // shifted labels are a cause
-    if (v.name == "gradient_flow" && v.rank != kRankGradientFlow) continue;  // a loss cut from the outputs is a cause
+    if (v.name == "gradient_flow" && v.rank != kRankGradientFlow) continue;  // a graph that does not reach them is a cause
     std::vector<std::string> failed, passed;
     for (const char* c : it->second) {
       const VitalSign* s = report.find(c);
@@ -1613,7 +1683,8 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
                                      "frozen_output",     "gradient_flow",     "dead_units",         "non_finite_source",
                                      "prediction_collapse", "grad_norm_range", "monitor_health", "target_leak",
                                      "batch_composition", "init_symmetry",  "batchnorm_batch_size", "loss_scale", "dropout_rate", "target_padding",
-                                     "shared_modules", "frozen_parameters", "batch_repeats", "target_scale", "batchnorm_momentum"};
+                                     "shared_modules", "frozen_parameters", "batch_repeats", "target_scale", "batchnorm_momentum",
+                                     "unregistered_parameters", "ignored_class", "heldout_overlap", "optimizer_steps"};
   auto rest_skipped = [&](const std::string& why) {
     for (const char* name : kAll) {
       if (report.find(name) == nullptr) report.signs.push_back(skipped(name, why));
@@ -1663,6 +1734,9 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     const LossProbe probe = probe_loss(*s, first_out, p.batches.front());
     const int loss_link = loss_reaches_outputs(*s, p.batches.front());
     const std::string bounded = bounded_logits(*s, first_out, p.batches.front());
+    const GraphProbe graph = probe_graph(*s, p.batches.front());
+    report.signs.push_back(timed([&] { return unregistered_parameters(graph); }));
+    report.signs.push_back(timed([&] { return ignored_class(*s, p.batches.front()); }));
     const double probe_seconds = seconds_since(probe_start);
     s.reset();
     report.signs.push_back(timed([&] { return overfit_one_batch(make, p, o); }));
@@ -1715,13 +1789,15 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     report.signs.push_back(timed([&] { return input_dependence(w); }));
     report.signs.push_back(timed([&] { return optimizer_coverage(w, optimizers); }));
     report.signs.push_back(timed([&] { return heldout_inputs(p); }));
+    report.signs.push_back(timed([&] { return heldout_overlap(p.batches, p.heldout, p.has_heldout); }));
+    report.signs.push_back(timed([&] { return optimizer_steps(w); }));
     const bool classification = first_out.dim() == 2 && first_out.size(1) > 1 && class_ids(p.batches.front().targets);
     report.signs.push_back(timed([&] { return loss_domain(w, probe, classification || binary_targets(first_out, p.batches.front().targets)); }));
     report.signs.push_back(loss_scale(scaling, p.batches.front().inputs.size(0), w.records, w.verdict));
     report.signs.push_back(timed([&] { return lr_schedule(w); }));
     report.signs.push_back(timed([&] { return grad_accumulation(w); }));
     report.signs.push_back(timed([&] { return frozen_output(w, p); }));
-    report.signs.push_back(timed([&] { return gradient_flow(w, o, loss_link); }));
+    report.signs.push_back(timed([&] { return gradient_flow(w, o, loss_link, graph); }));
     report.signs.push_back(timed([&] { return dead_units(w); }));
     report.signs.push_back(timed([&] { return non_finite_source(w, probe); }));
     const VitalSign* overfit = report.find("overfit_one_batch");

@@ -43,8 +43,10 @@ TEST(Doctor, HealthyControlPassesEverySign) {
   const DoctorReport r = doctor("healthy");
   EXPECT_TRUE(r.passed()) << doctor_text(r);
   EXPECT_EQ(r.top(), nullptr);
-  EXPECT_EQ(r.signs.size(), 32u);
-  for (const VitalSign& s : r.signs) EXPECT_FALSE(s.skipped) << s.name << ": " << s.evidence;
+  EXPECT_EQ(r.signs.size(), 36u);
+  for (const VitalSign& s : r.signs) {  // SGD keeps no step count to compare with the steps taken
+    EXPECT_EQ(s.skipped, s.name == "optimizer_steps") << s.name << ": " << s.evidence;
+  }
   EXPECT_EQ(r.parameters, 55050);
   EXPECT_NE(doctor_text(r).find("no vital sign failed"), std::string::npos);
 }
@@ -143,7 +145,7 @@ TEST(Doctor, UnknownPlantedBugIsBadInput) {
 TEST(DoctorCli, ExitCodesAndJson) {
   auto r = testing::run_spikehunt("doctor --planted healthy");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("32 vital signs: 32 passed, 0 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("36 vital signs: 35 passed, 0 failed, 1 skipped"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("planted bug healthy: mlp 2x64, relu, 55,050 parameters"), std::string::npos) << r.output;
   r = testing::run_spikehunt("doctor --planted dead_relu --json");
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -197,6 +199,9 @@ class Tiny : public Scenario {
   torch::optim::Optimizer& optimizer() override { return *optimizer_; }
   torch::Tensor forward(const torch::Tensor& x, const Tap& tap) override {
     torch::Tensor h = torch::relu(fc1_->forward(x));
+    if (kind_ == "unregistered") h = h + outside_->forward(h);                    // a layer kept outside the module
+    if (kind_ == "built_in_forward") h = h + torch::nn::Linear(8, 8)->forward(h);  // a layer built per call
+    if (kind_ == "no_grad_body") h = h.detach();                                  // fc1 cut from the loss
     tap("hidden", h);
     if (kind_ == "functional_dropout") h = torch::dropout(h, 0.5, /*train=*/true);  // on in eval too
     torch::Tensor y = out_->forward(h);
@@ -226,7 +231,7 @@ class Tiny : public Scenario {
  private:
   std::string kind_;
   std::shared_ptr<torch::nn::Module> net_ = std::make_shared<torch::nn::Module>();
-  torch::nn::Linear fc1_{nullptr}, out_{nullptr};
+  torch::nn::Linear fc1_{nullptr}, out_{nullptr}, outside_{8, 8};
   std::unique_ptr<torch::optim::SGD> optimizer_, head_;
   torch::Tensor x_, y_;
   int64_t step_ = 0;
@@ -307,6 +312,28 @@ TEST(DoctorProbes, EveryWeightFrozenIsNamedAndATrainedHeadIsNot) {
     if (p.value().dim() >= 2 && first) p.value().set_requires_grad(false), first = false;
   }
   EXPECT_TRUE(doctor_detail::frozen_parameters(probe).passed);
+}
+
+TEST(DoctorUserCode, TheLossGraphNamesUnregisteredAndUnreachedTensors) {
+  auto graph = [](const std::string& kind) {
+    Tiny t(kind, 4);
+    return doctor_detail::probe_graph(t, *t.next_batch());
+  };
+  const doctor_detail::GraphProbe kept = graph("unregistered"), built = graph("built_in_forward"),
+                                  cut = graph("no_grad_body"), plain = graph("healthy");
+  ASSERT_TRUE(kept.measured && built.measured && cut.measured && plain.measured);
+  std::vector<std::string> shapes = kept.foreign_shapes;  // in the graph's order
+  std::sort(shapes.begin(), shapes.end());
+  EXPECT_EQ(shapes, (std::vector<std::string>{"[8, 8]", "[8]"}));
+  EXPECT_FALSE(kept.foreign_rebuilt);
+  EXPECT_TRUE(built.foreign_rebuilt);
+  EXPECT_EQ(cut.unreached, (std::vector<std::string>{"fc1.weight", "fc1.bias"}));
+  EXPECT_TRUE(plain.foreign_shapes.empty() && plain.unreached.empty());
+  const VitalSign v = doctor_detail::unregistered_parameters(kept);
+  ASSERT_FALSE(v.passed);
+  EXPECT_NE(v.cause.find("a Python list or dict"), std::string::npos) << v.cause;
+  EXPECT_NE(doctor_detail::unregistered_parameters(built).cause.find("layers built inside forward()"), std::string::npos);
+  EXPECT_TRUE(doctor_detail::unregistered_parameters(plain).passed);
 }
 
 TEST(DoctorUserCode, AThrowInTheLossIsADiagnosisWithItsStageAndCause) {

@@ -150,6 +150,23 @@ std::string bounded_logits(Scenario& fresh, const torch::Tensor& outputs, const 
 //   batchnorm_momentum  the new batch's weight in BatchNorm's running statistics, measured from the
 //                       running mean after one and two training passes of one batch: 0.5 or more
 VitalSign batchnorm_momentum(Scenario& fresh, const Batch& batch);
+//   ignored_class      a class whose samples alone give the loss NaN (none counted) or exactly 0 while the
+//                      rest's is positive: an ignore_index (or a class weight of 0) equal to a real class
+//   heldout_overlap    held-out samples byte-identical to samples of the first training batches
+VitalSign ignored_class(Scenario& fresh, const Batch& batch);
+VitalSign heldout_overlap(const std::vector<Batch>& training, const std::vector<Batch>& heldout, bool has_heldout);
+
+// doctor/graph.cpp: the autograd graph of a batch's loss (two training-mode passes, same dropout masks).
+struct GraphProbe {
+  bool measured = false;
+  std::vector<std::string> unreached;       // trainable parameters of model() the graph does not reach
+  std::vector<std::string> foreign_shapes;  // leaves of the outputs' graph requiring grad, not model()'s parameters
+  int64_t foreign_numel = 0;
+  bool foreign_rebuilt = false;  // the foreign leaves differ between the two passes (built in forward)
+};
+GraphProbe probe_graph(Scenario& fresh, const Batch& batch);
+//   unregistered_parameters  the outputs depend on trainable tensors that are not model()'s parameters
+VitalSign unregistered_parameters(const GraphProbe& graph);
 VitalSign target_scale(const Batch& batch, const torch::Tensor& outputs, const std::vector<StepRecord>& records,
                        const Verdict& verdict);
 

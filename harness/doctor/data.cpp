@@ -11,6 +11,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "base/hash.h"
 #include "base/json.h"
 #include "base/number_format.h"
 #include "harness/doctor/common.h"
@@ -682,6 +683,93 @@ VitalSign target_scale(const Batch& b, const torch::Tensor& out, const std::vect
            "targets; " + consequence,
        "standardize the targets ((y - mean) / std over the training set) and undo it on the predictions, or "
        "predict log(y)");
+  return v;
+}
+
+}  // namespace spikehunt::doctor_detail
+
+namespace spikehunt::doctor_detail {
+
+VitalSign ignored_class(Scenario& s, const Batch& b) {
+  VitalSign v = sign("ignored_class");
+  const torch::Tensor& y = b.targets;
+  if (!y.defined() || y.is_floating_point() || y.dim() != 1 || y.size(0) < 4) {
+    v.evidence = "no class-id targets of one dimension";
+    return v;
+  }
+  EvalMode eval(s.model());
+  torch::NoGradGuard no_grad;
+  const torch::Tensor out = guarded("forward", [&] { return s.forward(b.inputs, Tap()); });
+  if (out.dim() != 2 || out.size(0) != y.size(0)) {
+    v.evidence = "the outputs are not one row of class scores a sample";
+    return v;
+  }
+  const torch::Tensor labels = y.to(torch::kCPU);
+  std::vector<std::string> ignored;
+  nlohmann::json per_class = nlohmann::json::object();
+  std::string example;
+  const torch::Tensor classes = std::get<0>(at::_unique(labels)).to(torch::kLong).contiguous();
+  for (const int64_t c : std::vector<int64_t>(classes.data_ptr<int64_t>(), classes.data_ptr<int64_t>() + classes.numel())) {
+    const torch::Tensor in = labels == c;
+    const int64_t n = in.sum().item<int64_t>();
+    if (n == 0 || n == labels.size(0)) continue;
+    const torch::Tensor idx = in.nonzero().flatten().to(out.device()), rest = (~in).nonzero().flatten().to(out.device());
+    const double alone = guarded("loss", [&] { return s.loss(out.index_select(0, idx), y.index_select(0, idx)); }).item<double>();
+    const double others = guarded("loss", [&] { return s.loss(out.index_select(0, rest), y.index_select(0, rest)); }).item<double>();
+    per_class[std::to_string(c)] = {{"samples", n}, {"loss_alone", number(alone)}};
+    if ((std::isnan(alone) || alone == 0) && std::isfinite(others) && others > 0) {
+      ignored.push_back("class " + std::to_string(c));
+      if (example.empty()) {
+        example = "on the batch's " + std::to_string(n) + " samples of class " + std::to_string(c) + " alone it is " +
+                  fmt(alone) + (std::isnan(alone) ? " (no sample counted)" : "") + ", on the other " +
+                  std::to_string(labels.size(0) - n) + " " + fmt(others);
+      }
+    }
+  }
+  v.data = {{"classes", per_class}, {"ignored", ignored}};
+  v.evidence = "the loss of each class's samples alone, in eval mode: every class counted";
+  if (ignored.empty()) return v;
+  v.named = ignored;
+  v.evidence = "the loss ignores " + list(ignored) + ": " + example;
+  fail(v, kRankTargetLeak,
+       "the loss ignores " + list(ignored, 3) + ": " + example + ", so " + list(ignored, 3) +
+           " is never trained",
+       "an ignore_index (or a class weight of 0) equal to a real class: give the padding its own index (-100, the "
+       "default) and keep the real classes out of it");
+  return v;
+}
+
+VitalSign heldout_overlap(const std::vector<Batch>& training, const std::vector<Batch>& heldout, bool has_heldout) {
+  VitalSign v = sign("heldout_overlap");
+  if (!has_heldout) return skipped("heldout_overlap", "no held-out data");
+  auto rows = [](const torch::Tensor& x, auto&& each) {
+    if (!x.defined() || x.dim() == 0) return;
+    const torch::Tensor c = x.to(torch::kCPU).contiguous();
+    const int64_t n = c.size(0), bytes = n ? int64_t(c.nbytes()) / n : 0;
+    const auto* base = static_cast<const uint8_t*>(c.data_ptr());
+    for (int64_t i = 0; i < n; ++i) each(hash_bytes(base + i * bytes, size_t(bytes)));
+  };
+  std::set<std::pair<uint64_t, uint64_t>> seen;
+  int64_t train_samples = 0;
+  for (const Batch& b : training) {
+    rows(b.inputs, [&](const Hash128& h) { seen.insert({h.high, h.low}), ++train_samples; });
+  }
+  int64_t held = 0, inside = 0;
+  for (const Batch& b : heldout) {
+    rows(b.inputs, [&](const Hash128& h) { ++held, inside += seen.count({h.high, h.low}) > 0; });
+  }
+  v.data = {{"heldout_samples", held}, {"training_samples_checked", train_samples}, {"heldout_in_training", inside}};
+  v.evidence = std::to_string(inside) + " of " + std::to_string(held) + " held-out samples are byte-identical to one " +
+               "of the first " + std::to_string(train_samples) + " training samples";
+  if (inside >= 5 && double(inside) >= 0.01 * double(held)) {
+    v.named = {"held-out data"};
+    fail(v, kRankHeldoutInputs,
+         std::to_string(inside) + " of " + std::to_string(held) + " held-out samples are also in the training " +
+             "batches (byte-identical inputs among the first " + std::to_string(train_samples) +
+             " training samples): the held-out data is inside the training data, so held-out scores measure memory",
+         "split before building the training loader and train on the training split only (a DataModule whose "
+         "train_dataloader wraps the full dataset, a split made after shuffling, augmented copies of one image)");
+  }
   return v;
 }
 

@@ -2,8 +2,8 @@
 classes in none of its other suites, whose expected causes were written before
 the doctor first ran on them (first runs: 0 of 9 named with 11 false alarms
 in 36 healthy runs, then 0 of a second batch of 3, then 0 of a third batch of
-6 with 3 false alarms in 27, then 0 of a fourth batch of 4 with none in 27;
-docs/doctor.md). Each
+6 with 3 false alarms in 27, then 0 of a fourth batch of 4 with none in 27,
+then 2 of a fifth batch of 8; docs/doctor.md). Each
 case's top-ranked cause is pinned, with the numbers its probe measured, and no sign fires on the healthy programs (a CNN
 with BatchNorm and Dropout, an LSTM, a pre-norm transformer, a zero-initialized
 head, a denoising autoencoder, a ResNet with zero-initialized last BatchNorm
@@ -64,6 +64,15 @@ def test_each_cause_says_what_its_probe_measured(bugs):
     assert "of the targets are negative" in rows["relu_on_regression_output"]["cause"]
     assert "(momentum) is 0.99 in 1" in rows["batchnorm_momentum_tf_convention"]["cause"]
     assert "1/64 of a mean's" in rows["loss_divided_by_batch_twice"]["cause"]
+    # The fifth batch.
+    assert "a Python list or dict" in rows["layers_in_python_list"]["cause"]
+    assert "layers built inside forward()" in rows["linear_created_in_forward"]["cause"]
+    assert "(no sample counted)" in rows["ignore_index_is_a_class"]["cause"]
+    assert "at step 23" in rows["warmup_restarts_each_epoch"]["cause"]
+    assert "later positions" in rows["attention_softmax_over_queries"]["cause"]
+    assert "does not reach their parameters" in rows["encoder_under_no_grad"]["cause"]
+    assert "of 500 held-out samples are also in the training" in rows["validation_in_training_set"]["cause"]
+    assert "stepped 60 times in 40 training steps" in rows["optimizer_stepped_twice"]["cause"]
     assert "layers.0, layers.1, layers.2, layers.3" in rows["residual_stack_shared_by_list_multiplication"]["cause"]
     # A cause found by an intervention outranks the consequences it produced: no shifted-label claim
     # for batches of one class (every class predicted as the last one seen is a collapse, not a shift).
