@@ -699,8 +699,14 @@ VitalSign ignored_class(Scenario& s, const Batch& b) {
   }
   EvalMode eval(s.model());
   torch::NoGradGuard no_grad;
-  const torch::Tensor out = guarded("forward", [&] { return s.forward(b.inputs, Tap()); });
-  if (out.dim() != 2 || out.size(0) != y.size(0)) {
+  // Each part through forward and loss as the code runs them (a scenario's loss may read its forward's batch).
+  auto loss_of = [&](const torch::Tensor& rows) {
+    const torch::Tensor x = b.inputs.index_select(0, rows.to(b.inputs.device()));
+    const torch::Tensor out = guarded("forward", [&] { return s.forward(x, Tap()); });
+    return guarded("loss", [&] { return s.loss(out, y.index_select(0, rows.to(y.device()))); }).item<double>();
+  };
+  const torch::Tensor first_out = guarded("forward", [&] { return s.forward(b.inputs, Tap()); });
+  if (first_out.dim() != 2 || first_out.size(0) != y.size(0)) {
     v.evidence = "the outputs are not one row of class scores a sample";
     return v;
   }
@@ -709,13 +715,15 @@ VitalSign ignored_class(Scenario& s, const Batch& b) {
   nlohmann::json per_class = nlohmann::json::object();
   std::string example;
   const torch::Tensor classes = std::get<0>(at::_unique(labels)).to(torch::kLong).contiguous();
+  if (classes.numel() > 32) {
+    v.evidence = "more than 32 classes in the batch: not probed";
+    return v;
+  }
   for (const int64_t c : std::vector<int64_t>(classes.data_ptr<int64_t>(), classes.data_ptr<int64_t>() + classes.numel())) {
     const torch::Tensor in = labels == c;
     const int64_t n = in.sum().item<int64_t>();
     if (n == 0 || n == labels.size(0)) continue;
-    const torch::Tensor idx = in.nonzero().flatten().to(out.device()), rest = (~in).nonzero().flatten().to(out.device());
-    const double alone = guarded("loss", [&] { return s.loss(out.index_select(0, idx), y.index_select(0, idx)); }).item<double>();
-    const double others = guarded("loss", [&] { return s.loss(out.index_select(0, rest), y.index_select(0, rest)); }).item<double>();
+    const double alone = loss_of(in.nonzero().flatten()), others = loss_of((~in).nonzero().flatten());
     per_class[std::to_string(c)] = {{"samples", n}, {"loss_alone", number(alone)}};
     if ((std::isnan(alone) || alone == 0) && std::isfinite(others) && others > 0) {
       ignored.push_back("class " + std::to_string(c));
