@@ -126,13 +126,19 @@ class UnitProbe : public TapSink {
 
   struct Layer {
     std::string tap;
-    std::string kind;  // "rectifier", "sigmoid", "tanh"
+    std::string kind;   // "rectifier", "sigmoid", "tanh"
+    bool read = false;  // the kind read from the tap's module; else from its output range
     int64_t units = 0, dead = 0;
     double share() const { return units ? double(dead) / double(units) : 0.0; }
   };
 
-  // The hidden taps (not the output's shape) and their dead units.
-  std::vector<Layer> layers(const std::vector<int64_t>& output_tail) const {
+  // The hidden taps (not the output's shape) and their dead units. `modules`: the class of the module
+  // each tap is named after, where one is: an activation's kind is read from it, and a tap of another
+  // module (a Linear, a convolution, a norm) is not an activation and its units are not judged.
+  std::vector<Layer> layers(const std::vector<int64_t>& output_tail,
+                            const std::map<std::string, std::string>& modules) const {
+    static const std::set<std::string> kRectifiers = {"ReLU", "ReLU6", "LeakyReLU", "GELU", "ELU", "SELU", "CELU",
+                                                      "SiLU", "Mish", "PReLU", "RReLU", "Softplus", "Hardswish"};
     std::vector<Layer> out;
     for (const std::string& name : order_) {
       const Units& u = taps_.at(name);
@@ -143,7 +149,23 @@ class UnitProbe : public TapSink {
       l.tap = name;
       l.units = u.max.numel();
       torch::Tensor dead;
-      if (lo >= 0 && hi <= 1 && zeros < 0.01) {
+      const auto module = modules.find(name);
+      if (module != modules.end()) {
+        const std::string& k = module->second;
+        l.read = true;
+        if (kRectifiers.count(k)) {
+          l.kind = "rectifier";
+          dead = u.max <= 0;
+        } else if (k == "Sigmoid") {
+          l.kind = "sigmoid";
+          dead = u.dsig < kSaturatedDerivative * 0.25;
+        } else if (k == "Tanh" || k == "Hardtanh") {
+          l.kind = "tanh";
+          dead = u.dtanh < kSaturatedDerivative;
+        } else {
+          continue;  // not an activation
+        }
+      } else if (lo >= 0 && hi <= 1 && zeros < 0.01) {
         l.kind = "sigmoid";
         dead = u.dsig < kSaturatedDerivative * 0.25;
       } else if (lo >= -1 && hi <= 1 && lo < 0 && zeros < 0.01 && -lo > 0.3 * hi) {
@@ -635,6 +657,18 @@ VitalSign overfit_one_batch(const ScenarioFactory& make, const Probe& probe, con
 
 // ---- the run the other signs watch ----
 
+// The class of every submodule by name ("ReLU", "Linear"; C++'s "torch::nn::ReLUImpl" read as "ReLU").
+std::map<std::string, std::string> module_classes(torch::nn::Module& model) {
+  std::map<std::string, std::string> out;
+  for (const auto& m : model.named_modules("", /*include_self=*/false)) {
+    std::string k = m.value()->name();
+    k = k.substr(k.rfind(':') == std::string::npos ? 0 : k.rfind(':') + 1);
+    if (k.size() > 4 && k.compare(k.size() - 4, 4, "Impl") == 0) k.resize(k.size() - 4);
+    out[m.key()] = k;
+  }
+  return out;
+}
+
 std::vector<UnitProbe::Layer> probe_units(Scenario& s, const Probe& p, std::vector<Prediction>* preds) {
   UnitProbe units;
   EvalMode eval(s.model());
@@ -643,7 +677,7 @@ std::vector<UnitProbe::Layer> probe_units(Scenario& s, const Probe& p, std::vect
     const torch::Tensor out = guarded("forward", [&] { return s.forward(b.inputs, Tap(&units)); });
     if (preds) add_predictions(out, b.targets, preds);
   }
-  return units.layers(p.output_tail);
+  return units.layers(p.output_tail, module_classes(s.model()));
 }
 
 torch::Tensor fixed_outputs(Scenario& s, const Batch& b) {
@@ -910,13 +944,17 @@ VitalSign dead_units(const Watched& w) {
     const auto [first, last] = by_tap[tap];
     const UnitProbe::Layer& any = first ? *first : *last;
     const double a = first ? first->share() : NAN, b = last ? last->share() : NAN;
-    v.data[tap] = {{"kind", any.kind}, {"units", any.units}, {"dead_first", number(a)}, {"dead_last", number(b)}};
+    v.data[tap] = {{"kind", any.kind}, {"kind_from", any.read ? "module" : "output range"}, {"units", any.units},
+                   {"dead_first", number(a)}, {"dead_last", number(b)}};
     table += (table.empty() ? "" : ", ") + tap + " " + (first ? percent(a) : "n/a") + " -> " + (last ? percent(b) : "n/a") +
              " of " + std::to_string(any.units) + (any.kind == "rectifier" ? "" : " (" + any.kind + ")");
     const double share = std::max(first ? a : 0.0, last ? b : 0.0);
     if (share >= kDeadShare) {
       v.named.push_back(tap);
-      if (share > worst_share) worst_share = share, worst = tap + " (" + any.kind + ")", worst_kind = any.kind;
+      if (share > worst_share) {
+        worst_share = share, worst_kind = any.kind;
+        worst = tap + " (" + any.kind + (any.read ? "" : ", the kind read from its output range") + ")";
+      }
     }
   }
   v.evidence = "units dead on every held-out sample, start -> end: " + table + " (flagged at " + percent(kDeadShare) + ")";
@@ -1265,7 +1303,17 @@ VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
   const int64_t n = b.inputs.dim() ? b.inputs.size(0) : 0;
   const torch::Tensor a = fixed_outputs(s, b), again = fixed_outputs(s, b);
   torch::Tensor part, reversed;
+  double alone_effect = 0;  // each of the first 32 samples evaluated alone, against its row in the batch
+  int64_t alone_samples = 0;
   if (n >= 4 && a.dim() >= 1 && a.size(0) == n) {
+    for (int64_t i = 0; i < std::min<int64_t>(n, 32); ++i) {
+      Batch one;
+      one.inputs = b.inputs.slice(0, i, i + 1);
+      const torch::Tensor o = fixed_outputs(s, one);
+      if (o.dim() == 0 || o.size(0) != 1 || o.sizes().slice(1) != a.sizes().slice(1)) break;
+      alone_effect = std::max(alone_effect, (o[0] - a[i]).abs().max().item<double>());
+      ++alone_samples;
+    }
     Batch half;
     half.inputs = b.inputs.slice(0, 0, n / 2);
     part = fixed_outputs(s, half);
@@ -1306,10 +1354,11 @@ VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
       part.defined() && part.sizes() == a.slice(0, 0, n / 2).sizes() ? (part - a.slice(0, 0, n / 2)).abs().max().item<double>() : 0;
   const double order_effect =
       reversed.defined() && reversed.sizes() == a.sizes() ? (reversed.flip(0) - a).abs().max().item<double>() : 0;
-  const double batch_effect = std::max(half_effect, order_effect);
+  const double batch_effect = std::max({half_effect, order_effect, alone_effect});
   v.data = {{"repeat_max_diff", number(repeat)}, {"predictions_differ", predictions_differ},
             {"batch_effect_max_diff", number(batch_effect)}, {"half_batch_max_diff", number(half_effect)},
-            {"reversed_batch_max_diff", number(order_effect)}, {"output_scale", number(scale)},
+            {"reversed_batch_max_diff", number(order_effect)}, {"alone_max_diff", number(alone_effect)},
+            {"alone_samples", alone_samples}, {"output_scale", number(scale)},
             {"train_eval_gap", number(gap)}, {"mode_dependent_modules", mode_dependent}};
   std::vector<std::string> eval_modules;  // the whole model, or the submodules in eval mode
   for (const auto& [m, steps] : w.not_training) {
@@ -1319,7 +1368,8 @@ VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
   v.evidence = "two eval passes of one batch: max difference " + fmt(repeat) +
                (predictions_differ > 0 ? " (" + percent(predictions_differ) + " of predicted classes differ)" : "") +
                "; half of the batch alone: max difference " + fmt(half_effect) + "; the batch reversed: " +
-               fmt(order_effect) + " (outputs up to " + fmt(scale) +
+               fmt(order_effect) + "; each of " + std::to_string(alone_samples) + " samples alone: " +
+               fmt(alone_effect) + " (outputs up to " + fmt(scale) +
                "); train/eval gap " + fmt(gap) +
                (mode_dependent.empty() ? std::string(" (no Dropout or norm module)")
                                        : " (mode-dependent: " + list(mode_dependent, 4) + ")");
@@ -1335,7 +1385,10 @@ VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
     v.named = {"forward"};
     fail(v, kRankEvalRandom,
          "a sample's eval output depends on the other samples of its batch (up to " + fmt(batch_effect) +
-             (order_effect > half_effect ? ", measured by reversing the batch" : ", measured on half of the batch alone") + ")",
+             (order_effect >= std::max(half_effect, alone_effect) ? ", measured by reversing the batch"
+              : half_effect >= alone_effect                       ? ", measured on half of the batch alone"
+                                                                  : ", measured on each sample alone") +
+             ")",
          "something mixes the batch dimension: softmax/mean/std over dim 0, a batch norm that uses batch statistics "
          "in eval, inputs standardized per batch, or a recurrent layer that takes dim 0 for time (nn.LSTM without "
          "batch_first=True given (batch, time, features))");
