@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""TrainCheck beside the doctor on the unseen suite (examples/unseen_bugs).
+"""TrainCheck beside the doctor on one of its suites (examples/unseen_bugs, or --suite public).
 
 TrainCheck infers invariants from traces of healthy runs and reports the ones a run violates. Here:
-its invariants are inferred from four of the suite's healthy programs at seed 0 (`--infer-from`,
+its invariants are inferred from four of the unseen suite's healthy programs at seed 0 (`--infer-from`,
 `--infer-seed`), then each bug and each healthy program at seed 1 is traced and checked. A run is flagged when it
 violates at least one invariant; a flagged healthy run is a false alarm. TrainCheck names
 invariants (relations between API calls and variables), not causes: its column is what it
@@ -86,10 +86,19 @@ def check(work, trace, invariants):
     return {"failed": int(m.group(1)), "of": int(m.group(2)), "relations": relations}
 
 
+def load_suite(which):
+    """(expected, healthy) of examples/<which>_bugs/suite.py (both files are called suite.py)."""
+    import importlib.util
+    path = os.path.join(ROOT, "examples", f"{which}_bugs", "suite.py")
+    spec = importlib.util.spec_from_file_location(f"{which}_bugs_suite", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.EXPECTED, module.SUITE.healthy
+
+
 def main():
-    import bugs
-    import suite
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--suite", choices=["unseen", "public"], default="unseen")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--infer-seed", type=int, default=0)
     # TrainCheck 0.2.0's inference over the traces of all ten healthy programs stops on its own assertion
@@ -97,10 +106,11 @@ def main():
     ap.add_argument("--infer-from", nargs="*", default=["healthy_bn_dropout_cnn", "healthy_lstm",
                                                         "healthy_zero_init_head", "healthy_label_smoothing_cnn"])
     ap.add_argument("--check-seed", type=int, default=1)
-    ap.add_argument("--doctor", help="the doctor's rows: examples/unseen_bugs/suite.py --json FILE")
+    ap.add_argument("--doctor", help="the doctor's rows: examples/<suite>_bugs/suite.py --json FILE")
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--json", help="write the rows here")
     a = ap.parse_args()
+    expected, healthy = load_suite(a.suite)
     doctor = {}
     if a.doctor:
         rows = json.load(open(a.doctor))
@@ -119,7 +129,7 @@ def main():
     print(f"TrainCheck 0.2.0: {n_inv} invariants inferred from {len(traces)} healthy programs at seed "
           f"{a.infer_seed}, {a.steps} steps each ({time.time() - start:.0f} s)\n")
     rows = []
-    runs = [(c, "bug") for c in suite.EXPECTED] + [(h, "healthy") for h in bugs.HEALTHY]
+    runs = [(c, "bug") for c in expected] + [(h, "healthy") for h in healthy]
     print("| case | kind | TrainCheck: violated invariants (relations) | doctor |")
     print("| --- | --- | --- | --- |")
     for case, kind in runs:
@@ -134,7 +144,7 @@ def main():
             d = [r for r in doctor.get(case + "@healthy", []) if r["seed"] == a.check_seed]
             said = f"{sum(bool(r['alarms']) for r in d)} alarms in {len(d)} runs" if d else "-"
         rows.append({"case": case, "kind": kind, "traincheck": result, "doctor": said})
-        tc = ("did not run" if result is None else
+        tc = ("no trace: the program exits with an error" if result is None else
               f"{result['failed']} ({', '.join(f'{k} {v}' for k, v in sorted(result['relations'].items()))})")
         print(f"| {case} | {kind} | {tc} | {said} |", flush=True)
     bugs_run = [r for r in rows if r["kind"] == "bug" and r["traincheck"]]
