@@ -591,11 +591,13 @@ class HealthyCNN(FashionCase):
 
 
 class Attention(CausalSelfAttention):
+    softmax_dim = -1  # over the keys
+
     def forward(self, x):
         b, t, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)
         att = (q @ k.transpose(1, 2)) / math.sqrt(d)
-        att = att.masked_fill(self.mask[:, :t, :t] == 0, float("-inf")).softmax(dim=-1)
+        att = att.masked_fill(self.mask[:, :t, :t] == 0, float("-inf")).softmax(dim=self.softmax_dim)
         att = F.dropout(att, self.dropout, training=self.training)
         return self.proj(att @ v)
 

@@ -517,13 +517,7 @@ class AttentionSoftmaxOverQueries(TextCase):
         super().__init__(config)
 
         class WrongDim(Attention):
-            def forward(self, x):
-                b, t, d = x.shape
-                q, k, v = self.qkv(x).split(d, dim=2)
-                att = (q @ k.transpose(1, 2)) / math.sqrt(d)
-                att = att.masked_fill(self.mask[:, :t, :t] == 0, float("-inf")).softmax(dim=-2)
-                att = F.dropout(att, self.dropout, training=self.training)
-                return self.proj(att @ v)
+            softmax_dim = -2  # "I accidentally changed the softmax dimension to -2 instead of -1"
         self.net = TinyGPT(WrongDim(32, self.block, 0.1))
         self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
 
