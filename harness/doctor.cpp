@@ -940,6 +940,7 @@ VitalSign dead_units(const Watched& w) {
   }
   std::string table, worst, worst_kind;
   double worst_share = 0;
+  bool worst_read = false;
   for (const std::string& tap : order) {
     const auto [first, last] = by_tap[tap];
     const UnitProbe::Layer& any = first ? *first : *last;
@@ -952,8 +953,8 @@ VitalSign dead_units(const Watched& w) {
     if (share >= kDeadShare) {
       v.named.push_back(tap);
       if (share > worst_share) {
-        worst_share = share, worst_kind = any.kind;
-        worst = tap + " (" + any.kind + (any.read ? "" : ", the kind read from its output range") + ")";
+        worst_share = share, worst_kind = any.kind, worst_read = any.read;
+        worst = tap + " (" + any.kind + ")";
       }
     }
   }
@@ -961,7 +962,8 @@ VitalSign dead_units(const Watched& w) {
   if (!v.named.empty()) {
     fail(v, kRankDeadUnits,
          percent(worst_share) + " of the units of " + worst +
-             (worst_kind == "rectifier" ? " are dead (never positive)" : " are saturated") + " on every held-out sample",
+             (worst_kind == "rectifier" ? " are dead (never positive)" : " are saturated") + " on every held-out sample" +
+             (worst_read ? "" : " (its kind read from its output range: no module of that name)"),
          "dead rectifiers: check the bias init (large negative values) or lower the learning rate, or use LeakyReLU; "
          "saturated sigmoid/tanh: scale the init down (Xavier) or normalize the pre-activations");
   }

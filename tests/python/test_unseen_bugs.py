@@ -46,7 +46,9 @@ def test_each_cause_says_what_its_probe_measured(bugs):
     assert rc == 0 and f"bugs: {n}, detected {n}, diagnosed (right top cause) {n}" in text, text
     assert "2x the mean of its halves'" in rows["loss_summed_over_batch"]["cause"]
     assert "% are exactly 0" in rows["relu_before_cross_entropy"]["cause"]
-    assert "measured by reversing the batch" in rows["lstm_without_batch_first"]["cause"]
+    # The reversed batch and each sample alone both see it (0.14 each here); which is larger varies by CPU.
+    assert any(probe in rows["lstm_without_batch_first"]["cause"]
+               for probe in ("measured by reversing the batch", "measured on each sample alone"))
     assert "watched batches" in rows["batches_sorted_by_class"]["cause"]
     assert "all 64 rows equal" in rows["constant_init"]["cause"]
     assert "100% of the targets" in rows["lm_labels_not_shifted"]["cause"]
