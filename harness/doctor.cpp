@@ -353,86 +353,6 @@ VitalSign optimizer_coverage(const Watched& w, size_t optimizers) {
   return v;
 }
 
-// The contract's check (parameter_slots) as a sign, before it throws: tensors
-// an optimizer updates that are not model()'s parameters. When the
-// optimizer's foreign tensors have the shapes of model()'s unheld parameters,
-// one for one, that is what another instance of the model looks like.
-std::optional<VitalSign> foreign_optimizer_tensors(Scenario& s) {
-  std::map<const void*, std::string> own;
-  std::vector<std::pair<std::string, torch::Tensor>> model_params;
-  for (const auto& item : s.model().named_parameters()) {
-    own[item.value().unsafeGetTensorImpl()] = item.key();
-    model_params.push_back({item.key(), item.value()});
-  }
-  std::set<const void*> held;
-  std::vector<torch::Tensor> foreign;
-  std::string holder;
-  for (const NamedOptimizer& o : s.optimizers()) {
-    for (const auto& g : o.optimizer->param_groups()) {
-      for (const torch::Tensor& t : g.params()) {
-        if (own.count(t.unsafeGetTensorImpl())) {
-          held.insert(t.unsafeGetTensorImpl());
-        } else {
-          foreign.push_back(t);
-          if (holder.empty()) holder = o.name;
-        }
-      }
-    }
-  }
-  if (foreign.empty()) return std::nullopt;
-  std::vector<std::string> unheld;
-  std::vector<torch::Tensor> unheld_tensors;
-  for (const auto& [name, t] : model_params) {
-    if (!held.count(t.unsafeGetTensorImpl()) && t.requires_grad()) unheld.push_back(name), unheld_tensors.push_back(t);
-  }
-  bool same_shapes = !unheld.empty() && unheld.size() == foreign.size();
-  for (size_t i = 0; same_shapes && i < foreign.size(); ++i) same_shapes = foreign[i].sizes() == unheld_tensors[i].sizes();
-  VitalSign v = sign("optimizer_coverage");
-  v.data = {{"not_optimized", unheld}, {"foreign_tensors", foreign.size()}, {"same_shapes_in_order", same_shapes}};
-  v.evidence = "optimizer \"" + holder + "\" updates " + std::to_string(foreign.size()) +
-               " tensor(s) that are not parameters of model() (the first of shape " + c10::str(foreign.front().sizes()) +
-               "); " + std::to_string(unheld.size()) + " of model()'s trainable parameters are held by no optimizer";
-  if (!unheld.empty()) {
-    v.named = unheld;
-    fail(v, kRankCoverage,
-         "no optimizer updates " + list(unheld, 3) + ": they stay at their initial values, while optimizer \"" +
-             holder + "\" updates " + std::to_string(foreign.size()) + " tensor(s) that are not model()'s" +
-             (same_shapes ? ", shaped exactly as model()'s unheld parameters, one for one: the parameters of another "
-                            "instance of the model (one built again after its optimizer, or a copy)"
-                          : ""),
-         "build the optimizer over the parameters of the model that is trained, after the model's last construction "
-         "(and after moving it to its device)");
-  } else {
-    fail(v, kRankCoverage,
-         "optimizer \"" + holder + "\" updates a tensor of shape " + c10::str(foreign.front().sizes()) +
-             " that is not a parameter of model()",
-         "register it in the model (register_parameter / register_module) so it is monitored and checkpointed");
-  }
-  return v;
-}
-
-// The optimizer's own step count (Adam's, AdamW's, ...) against the steps
-// watched: more optimizer steps than training steps is an update applied
-// twice to one gradient. Fewer is gradient accumulation, which passes.
-VitalSign optimizer_steps(const Watched& w) {
-  VitalSign v = sign("optimizer_steps");
-  if (w.optimizer_state_steps < 0) return skipped("optimizer_steps", "no optimizer keeps a step count");
-  const int64_t steps = int64_t(w.records.size());
-  v.data = {{"optimizer_steps", w.optimizer_state_steps}, {"training_steps", steps}, {"parameter", w.optimizer_state_of}};
-  v.evidence = "the optimizer's step count of " + w.optimizer_state_of + " is " +
-               std::to_string(w.optimizer_state_steps) + " after " + std::to_string(steps) + " training steps";
-  if (w.optimizer_state_steps > steps && steps > 0) {
-    v.named = {w.optimizer_state_of};
-    fail(v, kRankCoverage,
-         "the optimizer stepped " + std::to_string(w.optimizer_state_steps) + " times in " + std::to_string(steps) +
-             " training steps (its step count of " + w.optimizer_state_of + "): an update is applied more than once "
-             "to one gradient",
-         "call optimizer.step() once per update: a step inside an accumulation clause and another after it applies "
-         "the same gradient twice");
-  }
-  return v;
-}
-
 // ---- 4. loss/output mismatch ----
 
 VitalSign loss_output_mismatch(Scenario& s, const Batch& b) {
@@ -790,26 +710,7 @@ VitalSign frozen_output(const Watched& w, const Probe& p) {
 
 // ---- 7. gradient flow ----
 
-// 1 when the loss of a batch, differentiated, gives its outputs a gradient; 0
-// when the loss does not depend on them (it does not require grad, or the
-// gradient is absent or zero); -1 when it cannot be measured.
-int loss_reaches_outputs(Scenario& s, const Batch& b) {
-  try {
-    KeepRng keep;
-    torch::Tensor out = s.forward(b.inputs, Tap());
-    if (!out.requires_grad()) return -1;  // nothing to differentiate: the model has no trainable path
-    out.retain_grad();
-    const torch::Tensor loss = s.loss(out, b.targets);
-    if (!loss.requires_grad()) return 0;
-    const std::vector<torch::Tensor> g =
-        torch::autograd::grad({loss.sum()}, {out}, {}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
-    return g.empty() || !g[0].defined() || g[0].abs().max().item<double>() == 0 ? 0 : 1;
-  } catch (const std::exception&) {
-    return -1;
-  }
-}
-
-VitalSign gradient_flow(const Watched& w, const DoctorOptions& o, int loss_link, const GraphProbe& graph) {
+VitalSign gradient_flow(const Watched& w, const DoctorOptions& o, const GraphProbe& graph) {
   VitalSign v = sign("gradient_flow");
   if (w.records.empty() || w.weights.empty()) return skipped("gradient_flow", "no weights or no step");
   const size_t n = w.weights.size();
@@ -869,7 +770,7 @@ VitalSign gradient_flow(const Watched& w, const DoctorOptions& o, int loss_link,
   }
   size_t trainable = 0;
   for (size_t i = 0; i < n; ++i) trainable += w.trainable[i];
-  if (!zero.empty() && zero.size() == trainable && loss_link == 0) {
+  if (!zero.empty() && zero.size() == trainable && graph.loss_reaches_outputs == 0) {
     v.named = zero;
     v.evidence += "; exactly zero gradient: " + list(zero) + "; the loss of a batch, differentiated, gives the "
                   "outputs no gradient";
@@ -1787,7 +1688,6 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     const Clock::time_point probe_start = Clock::now();
     const double scaling = loss_batch_scaling(*s, p.batches.front());
     const LossProbe probe = probe_loss(*s, first_out, p.batches.front());
-    const int loss_link = loss_reaches_outputs(*s, p.batches.front());
     const std::string bounded = bounded_logits(*s, first_out, p.batches.front());
     const GraphProbe graph = probe_graph(*s, p.batches.front());
     report.signs.push_back(timed([&] { return unregistered_parameters(graph); }));
@@ -1845,14 +1745,14 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     report.signs.push_back(timed([&] { return optimizer_coverage(w, optimizers); }));
     report.signs.push_back(timed([&] { return heldout_inputs(p); }));
     report.signs.push_back(timed([&] { return heldout_overlap(p.batches, p.heldout, p.has_heldout); }));
-    report.signs.push_back(timed([&] { return optimizer_steps(w); }));
+    report.signs.push_back(timed([&] { return optimizer_steps(w.optimizer_state_steps, w.optimizer_state_of, int64_t(w.records.size())); }));
     const bool classification = first_out.dim() == 2 && first_out.size(1) > 1 && class_ids(p.batches.front().targets);
     report.signs.push_back(timed([&] { return loss_domain(w, probe, classification || binary_targets(first_out, p.batches.front().targets)); }));
     report.signs.push_back(loss_scale(scaling, p.batches.front().inputs.size(0), w.records, w.verdict));
     report.signs.push_back(timed([&] { return lr_schedule(w); }));
     report.signs.push_back(timed([&] { return grad_accumulation(w); }));
     report.signs.push_back(timed([&] { return frozen_output(w, p); }));
-    report.signs.push_back(timed([&] { return gradient_flow(w, o, loss_link, graph); }));
+    report.signs.push_back(timed([&] { return gradient_flow(w, o, graph); }));
     report.signs.push_back(timed([&] { return dead_units(w); }));
     report.signs.push_back(timed([&] { return non_finite_source(w, probe); }));
     const VitalSign* overfit = report.find("overfit_one_batch");

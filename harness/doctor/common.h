@@ -163,10 +163,21 @@ struct GraphProbe {
   std::vector<std::string> foreign_shapes;  // leaves of the outputs' graph requiring grad, not model()'s parameters
   int64_t foreign_numel = 0;
   bool foreign_rebuilt = false;  // the foreign leaves differ between the two passes (built in forward)
+  // 1 when the loss, differentiated, gives the outputs a gradient; 0 when it does not depend on them
+  // (it does not require grad, or the gradient is absent or zero); -1 when not measured.
+  int loss_reaches_outputs = -1;
 };
 GraphProbe probe_graph(Scenario& fresh, const Batch& batch);
 //   unregistered_parameters  the outputs depend on trainable tensors that are not model()'s parameters
 VitalSign unregistered_parameters(const GraphProbe& graph);
+
+// doctor/optimizers.cpp.
+// foreign_optimizer_tensors: optimizer_coverage failed, when an optimizer updates tensors that are not
+// model()'s parameters (the contract's check, as a sign); nothing otherwise.
+std::optional<VitalSign> foreign_optimizer_tensors(Scenario& fresh);
+//   optimizer_steps    an optimizer's own step count (`counted`, of parameter `of`; -1: none kept)
+//                      above the training steps taken: an update applied twice to one gradient
+VitalSign optimizer_steps(int64_t counted, const std::string& of, int64_t steps);
 VitalSign target_scale(const Batch& batch, const torch::Tensor& outputs, const std::vector<StepRecord>& records,
                        const Verdict& verdict);
 

@@ -46,13 +46,31 @@ Leaves graph_leaves(const torch::Tensor& loss) {
   return out;
 }
 
-// The leaves of the outputs' graph (what the forward depends on) and of the loss's.
-std::pair<Leaves, Leaves> leaves_of_batch(Scenario& s, const Batch& b) {
+// One training-mode pass: the leaves of the outputs' graph (what the forward depends on) and of the
+// loss's, and whether the loss, differentiated, gives the outputs a gradient (as GraphProbe says).
+struct Pass {
+  Leaves outputs, loss;
+  int loss_reaches_outputs = -1;
+};
+
+Pass pass_of_batch(Scenario& s, const Batch& b) {
   KeepRng keep;
   keep.reseed(4321);
+  Pass p;
   const torch::Tensor out = guarded("forward", [&] { return s.forward(b.inputs, Tap()); });
   const torch::Tensor loss = guarded("loss", [&] { return s.loss(out, b.targets); });
-  return {graph_leaves(out), graph_leaves(loss)};
+  p.outputs = graph_leaves(out);
+  p.loss = graph_leaves(loss);
+  if (out.requires_grad()) {  // else the model has no trainable path: nothing to differentiate
+    if (!loss.requires_grad()) {
+      p.loss_reaches_outputs = 0;
+    } else {
+      const std::vector<torch::Tensor> g = torch::autograd::grad({loss.sum()}, {out}, {}, /*retain_graph=*/false,
+                                                                 /*create_graph=*/false, /*allow_unused=*/true);
+      p.loss_reaches_outputs = g.empty() || !g[0].defined() || g[0].abs().max().item<double>() == 0 ? 0 : 1;
+    }
+  }
+  return p;
 }
 
 }  // namespace
@@ -60,8 +78,11 @@ std::pair<Leaves, Leaves> leaves_of_batch(Scenario& s, const Batch& b) {
 GraphProbe probe_graph(Scenario& s, const Batch& b) {
   GraphProbe g;
   try {
-    const auto [first, first_loss] = leaves_of_batch(s, b);
-    const Leaves second = leaves_of_batch(s, b).first;
+    const Pass one = pass_of_batch(s, b);
+    const Leaves& first = one.outputs;
+    const Leaves& first_loss = one.loss;
+    const Leaves second = pass_of_batch(s, b).outputs;
+    g.loss_reaches_outputs = one.loss_reaches_outputs;
     std::set<const void*> params;
     for (const auto& p : s.model().named_parameters()) {
       params.insert(p.value().unsafeGetTensorImpl());
