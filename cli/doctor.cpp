@@ -23,7 +23,7 @@ namespace {
 struct DoctorArgs {
   std::string config, planted, rules;
   std::vector<std::string> sets;
-  bool json = false, verbose = false;
+  bool json = false, verbose = false, signs = false;
   int64_t steps = 100, overfit_steps = 1000;
 };
 
@@ -54,7 +54,37 @@ std::string doctor_header(const std::string& title, const TrainingConfig& c, con
   return s + "\n";
 }
 
+// `doctor --signs`: the registry, one sign a line (or a JSON array): its
+// ranks and, for a consequence, the signs of the causes it names.
+int list_signs(bool as_json) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const SignInfo& s : doctor_signs()) {
+    if (as_json) {
+      all.push_back({{"name", s.name}, {"ranks", s.ranks}, {"consequence_rank", s.consequence_rank},
+                     {"causes", s.causes}});
+      continue;
+    }
+    std::string ranks;
+    for (int r : s.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    std::string line = s.name + std::string(s.name.size() < 24 ? 24 - s.name.size() : 1, ' ') + "rank " + ranks;
+    if (s.consequence_rank != 0) {
+      std::string causes;
+      for (const std::string& c : s.causes) causes += (causes.empty() ? "" : ", ") + c;
+      line += "; at " + std::to_string(s.consequence_rank) + " a consequence of: " + causes;
+    }
+    std::cout << line << "\n";
+  }
+  if (as_json) std::cout << all.dump(2) << "\n";
+  return kExitOk;
+}
+
 int doctor_verb(const DoctorArgs& a) {
+  if (a.signs) {
+    if (!a.config.empty() || !a.planted.empty()) {
+      throw flag_error("doctor", "--signs", "", "lists the signs: give it without --config or --planted");
+    }
+    return list_signs(a.json);
+  }
   if (!a.config.empty() && !a.planted.empty()) {
     throw flag_error("doctor", "--config / --planted", "", "give one of them, not both");
   }
@@ -136,6 +166,8 @@ void add_doctor_verb(Cli& cli) {
   doctor_cmd->add_option("--steps", doctor_args->steps, "Steps of the watched training run")->capture_default_str();
   doctor_cmd->add_option("--overfit-steps", doctor_args->overfit_steps, "Budget to overfit one batch")
       ->capture_default_str();
+  doctor_cmd->add_flag("--signs", doctor_args->signs,
+                       "List every vital sign the doctor runs, with its ranks and, for a consequence, its causes");
   doctor_cmd->add_flag("--json", doctor_args->json, "Machine-readable output (a JSON document, also on errors)");
   doctor_cmd->add_flag("--verbose", doctor_args->verbose, "With a thrown error's whole text (LibTorch's backtrace or the Python traceback) and the time each probe took");
 }

@@ -102,6 +102,19 @@ struct DoctorReport {
 
 using ScenarioFactory = std::function<std::unique_ptr<Scenario>()>;
 
+// One vital sign as the doctor's registry holds it: its name, every rank it
+// can fail at (docs/doctor.md's table), and, for a sign that sees a
+// consequence, the rank at which it does and the signs of the causes it names.
+struct SignInfo {
+  std::string name;
+  std::vector<int> ranks;
+  int consequence_rank = 0;         // 0: a cause at every rank
+  std::vector<std::string> causes;  // a consequence's: failed ones are named, passed ones ruled out
+};
+
+// Every sign the doctor runs, in its report's order.
+std::vector<SignInfo> doctor_signs();
+
 // Builds fresh scenarios from `make` (one to probe the data and outputs, one
 // for the overfit check, one for the watched run). Whatever the scenario's
 // code throws becomes the training_code_error sign; bad input (InputError)

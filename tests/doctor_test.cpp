@@ -4,6 +4,9 @@
 // code is a diagnosis (stage and cause), in the library and on the CLI.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
+
 #include "harness/burst.h"
 #include "harness/doctor.h"
 #include "harness/doctor/common.h"
@@ -14,9 +17,30 @@
 namespace spikehunt {
 namespace {
 
+// Every report holds the registry's signs in its order, fails each sign only at a rank the
+// registry lists for it, and a consequence failed at its consequence rank names its causes.
+DoctorReport checked(DoctorReport r) {
+  const std::vector<SignInfo> all = doctor_signs();
+  std::vector<std::string> want, got;
+  for (const SignInfo& s : all) want.push_back(s.name);
+  for (const VitalSign& v : r.signs) got.push_back(v.name);
+  EXPECT_EQ(got, want);
+  for (const VitalSign& v : r.signs) {
+    const auto spec = std::find_if(all.begin(), all.end(), [&](const SignInfo& s) { return s.name == v.name; });
+    if (v.passed || spec == all.end()) continue;
+    EXPECT_NE(std::find(spec->ranks.begin(), spec->ranks.end(), v.rank), spec->ranks.end())
+        << v.name << " failed at rank " << v.rank << ", which the registry does not list: " << v.cause;
+    if (spec->consequence_rank != 0 && v.rank == spec->consequence_rank) {
+      EXPECT_TRUE(v.data.contains("consequence_of")) << v.name;
+      EXPECT_NE(v.cause.find("a consequence"), std::string::npos) << v.cause;
+    }
+  }
+  return r;
+}
+
 DoctorReport doctor(const std::string& planted) {
   configure_runtime(planted_config(planted));
-  return run_doctor([planted] { return make_planted_scenario(planted); }, DoctorOptions{});
+  return checked(run_doctor([planted] { return make_planted_scenario(planted); }, DoctorOptions{}));
 }
 
 const VitalSign& sign(const DoctorReport& r, const std::string& name) {
@@ -43,7 +67,7 @@ TEST(Doctor, HealthyControlPassesEverySign) {
   const DoctorReport r = doctor("healthy");
   EXPECT_TRUE(r.passed()) << doctor_text(r);
   EXPECT_EQ(r.top(), nullptr);
-  EXPECT_EQ(r.signs.size(), 36u);
+  EXPECT_EQ(r.signs.size(), 37u);
   for (const VitalSign& s : r.signs) {  // SGD keeps no step count to compare with the steps taken
     EXPECT_EQ(s.skipped, s.name == "optimizer_steps") << s.name << ": " << s.evidence;
   }
@@ -116,6 +140,10 @@ TEST(Doctor, ExplodingGradientsAreCaughtAndNamed) {
   EXPECT_FALSE(flow.passed) << doctor_text(r);
   EXPECT_NE(flow.cause.find("exploding gradients in"), std::string::npos) << flow.cause;
   EXPECT_FALSE(flow.named.empty());
+  const VitalSign& range = sign(r, "grad_norm_range");  // peaks past 1,000: a consequence, its causes named
+  EXPECT_FALSE(range.passed);
+  EXPECT_NE(range.cause.find("(a consequence, its cause not found: loss_scale, input_scale"), std::string::npos)
+      << range.cause;
   const VitalSign& source = sign(r, "non_finite_source");
   EXPECT_FALSE(source.passed);
   EXPECT_EQ(source.data["kind"], "overflow") << doctor_text(r);
@@ -145,7 +173,7 @@ TEST(Doctor, UnknownPlantedBugIsBadInput) {
 TEST(DoctorCli, ExitCodesAndJson) {
   auto r = testing::run_spikehunt("doctor --planted healthy");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("36 vital signs: 35 passed, 0 failed, 1 skipped"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("37 vital signs: 36 passed, 0 failed, 1 skipped"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("planted bug healthy: mlp 2x64, relu, 55,050 parameters"), std::string::npos) << r.output;
   r = testing::run_spikehunt("doctor --planted dead_relu --json");
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -165,6 +193,17 @@ TEST(DoctorCli, ExitCodesAndJson) {
   const nlohmann::json bad = nlohmann::json::parse(r.output);  // a document, also on bad input
   EXPECT_EQ(bad["error"]["kind"], "bad_input");
   EXPECT_EQ(bad["error"]["problems"][0]["field"], "optimizer.lr");
+  // --signs lists the registry: every sign of a report, once, with its ranks.
+  r = testing::run_spikehunt("doctor --signs --json");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json listed = nlohmann::json::parse(r.output);
+  ASSERT_EQ(listed.size(), j["signs"].size());
+  for (size_t i = 0; i < listed.size(); ++i) EXPECT_EQ(listed[i]["name"], j["signs"][i]["name"]);
+  r = testing::run_spikehunt("doctor --signs");
+  EXPECT_NE(r.output.find("dead_units              rank 24; at 24 a consequence of: init_symmetry, input_scale"),
+            std::string::npos) << r.output;
+  r = testing::run_spikehunt("doctor --signs --planted healthy");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
 }
 
 // ---- user code it has never seen: throws, mismatches, scales ----
@@ -193,6 +232,11 @@ class Tiny : public Scenario {
     x_ = torch::randn({8, 16});
     if (kind_ == "raw_scale") x_ = x_ * 200;
     y_ = torch::arange(8) % 4;
+    if (kind_ == "prior_bias_bce") {  // RetinaNet's prior: every logit starts below 0 (p = 0.01)
+      torch::NoGradGuard no_grad;
+      out_->bias.fill_(-4.6);
+      out_->weight.mul_(0.01);
+    }
     if (kind_ == "mse_column") y_ = x_.sum(1) / 4;  // a regression target of shape (8) against outputs (8, 1)
   }
   torch::nn::Module& model() override { return *net_; }
@@ -205,11 +249,16 @@ class Tiny : public Scenario {
     tap("hidden", h);
     if (kind_ == "functional_dropout") h = torch::dropout(h, 0.5, /*train=*/true);  // on in eval too
     torch::Tensor y = out_->forward(h);
+    if (kind_ == "log_sigmoid_bce") return torch::log_sigmoid(y);  // log-probabilities to a loss taking logits
+    if (kind_ == "log_softmax_ce") return torch::log_softmax(y, 1);   // cross-entropy's log_softmax: harmless
     return kind_ == "softmax" ? torch::softmax(y, 1) : y;
   }
   torch::Tensor loss(const torch::Tensor& outputs, const torch::Tensor& targets) override {
     if (kind_ == "mse_column") return torch::nn::functional::mse_loss(outputs, targets);
     if (kind_ == "nll_of_scores") return torch::nn::functional::nll_loss(outputs, targets);
+    if (kind_ == "log_sigmoid_bce" || kind_ == "prior_bias_bce") {
+      return torch::nn::functional::binary_cross_entropy_with_logits(outputs, targets);
+    }
     return Scenario::loss(outputs, targets);
   }
   void optimizer_step() override {
@@ -221,6 +270,13 @@ class Tiny : public Scenario {
     Batch b;
     b.inputs = x_;
     b.targets = y_;
+    // Each epoch (a step here) shuffled: inputs and labels by one permutation, or each by its own.
+    const torch::Tensor perm = torch::randperm(x_.size(0));
+    if (kind_ == "shuffled_together") b.inputs = x_.index_select(0, perm), b.targets = y_.index_select(0, perm);
+    if (kind_ == "log_sigmoid_bce" || kind_ == "prior_bias_bce") {  // multi-label targets, one positive in 4
+      b.targets = torch::one_hot(y_, 4).to(torch::kFloat32);
+    }
+    if (kind_ == "shuffled_apart") b.inputs = x_.index_select(0, perm), b.targets = y_.index_select(0, torch::randperm(8));
     b.step = step_++;
     return b;
   }
@@ -241,7 +297,47 @@ DoctorReport tiny(const std::string& kind, int64_t outputs = 4) {
   DoctorOptions o;
   o.steps = 40;
   o.overfit_steps = 300;
-  return run_doctor([=] { return std::make_unique<Tiny>(kind, outputs); }, o);
+  return checked(run_doctor([=] { return std::make_unique<Tiny>(kind, outputs); }, o));
+}
+
+// docs/doctor.md's table of signs is the registry's: every sign, once, with the ranks it can fail at.
+TEST(DoctorRegistry, TheDocsTableListsEverySignWithItsRanks) {
+  std::ifstream in(testing::source_path("docs/doctor.md"));
+  ASSERT_TRUE(in) << "docs/doctor.md";
+  std::map<std::string, std::string> table;  // sign -> its rank column
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("| sign | fails when | rank |", 0) == 0) inside = true;
+    else if (inside && line.rfind("| `", 0) != 0 && line.rfind("| ---", 0) != 0) break;
+    else if (inside && line.rfind("| `", 0) == 0) {
+      const size_t end = line.find('`', 3);
+      const std::string name = line.substr(3, end - 3);
+      EXPECT_EQ(table.count(name), 0u) << name << " is in the table twice";
+      const size_t bar = line.rfind('|', line.size() - 2);
+      std::string ranks = line.substr(bar + 1, line.size() - bar - 2);
+      ranks.erase(0, ranks.find_first_not_of(' '));
+      ranks.erase(ranks.find_last_not_of(' ') + 1);
+      table[name] = ranks;
+    }
+  }
+  const std::vector<SignInfo> all = doctor_signs();
+  EXPECT_EQ(table.size(), all.size());
+  for (const SignInfo& s : all) {
+    std::string ranks;
+    std::vector<int> sorted = s.ranks;
+    std::sort(sorted.begin(), sorted.end());
+    for (int r : sorted) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    ASSERT_TRUE(table.count(s.name)) << s.name << " is not in docs/doctor.md's table";
+    EXPECT_EQ(table[s.name], ranks) << s.name;
+  }
+  // A consequence names only signs the registry has, each a cause ranked above it or another consequence.
+  for (const SignInfo& s : all) {
+    for (const std::string& c : s.causes) {
+      EXPECT_NE(std::find_if(all.begin(), all.end(), [&](const SignInfo& x) { return x.name == c; }), all.end())
+          << s.name << " names " << c;
+    }
+  }
 }
 
 TEST(DoctorUserCode, OneModuleUnderSeveralIndexedNamesIsNamed) {
@@ -296,6 +392,35 @@ TEST(DoctorProbes, AMeanDividedByTheBatchSizeAgainIsNamedWithWhatTheRunDid) {
   EXPECT_NE(divided.cause.find("divided by the batch size on top of its mean"), std::string::npos) << divided.cause;
   EXPECT_NE(divided.cause.find("1/64 of a mean's"), std::string::npos) << divided.cause;
   EXPECT_TRUE(doctor_detail::loss_scale(1.0, 64, records, Verdict{}).passed);
+}
+
+TEST(DoctorProbes, InputsAndLabelsShuffledApartAreNamedAndShuffledTogetherAreNot) {
+  const DoctorReport apart = tiny("shuffled_apart");
+  const VitalSign& pairing = sign(apart, "label_pairing");
+  EXPECT_FALSE(pairing.passed) << doctor_text(apart);
+  EXPECT_EQ(pairing.data["inputs_seen_twice"], 8) << pairing.evidence;
+  EXPECT_NE(pairing.cause.find("inputs and labels are drawn apart: of 8 inputs seen more than once in the first 40"),
+            std::string::npos) << pairing.cause;
+  EXPECT_EQ(top(apart), "label_pairing") << doctor_text(apart);
+  const DoctorReport together = tiny("shuffled_together");
+  EXPECT_TRUE(sign(together, "label_pairing").passed) << doctor_text(together);
+  EXPECT_EQ(sign(together, "label_pairing").data["with_another_target"], 0);
+}
+
+TEST(DoctorProbes, LogProbabilitiesGivenToALossThatTakesLogitsAreNamedAndHarmlessOnesAreNot) {
+  const DoctorReport r = tiny("log_sigmoid_bce");
+  const VitalSign& m = sign(r, "loss_output_mismatch");
+  EXPECT_FALSE(m.passed) << doctor_text(r);
+  EXPECT_NE(m.cause.find("every output is at most 0 (log-probabilities"), std::string::npos) << m.cause;
+  EXPECT_NE(m.evidence.find("every output still at most 0 after 40 steps"), std::string::npos) << m.evidence;
+  EXPECT_EQ(top(r), "loss_output_mismatch") << doctor_text(r);
+  // log_softmax before cross-entropy changes nothing, and logits that merely start below 0 move past it.
+  const DoctorReport twice = tiny("log_softmax_ce");
+  EXPECT_TRUE(sign(twice, "loss_output_mismatch").passed) << doctor_text(twice);
+  EXPECT_NE(sign(twice, "loss_output_mismatch").evidence.find("log_softmax applied twice, which leaves them unchanged"),
+            std::string::npos);
+  const DoctorReport prior = tiny("prior_bias_bce");
+  EXPECT_TRUE(sign(prior, "loss_output_mismatch").passed) << doctor_text(prior);
 }
 
 TEST(DoctorProbes, EveryWeightFrozenIsNamedAndATrainedHeadIsNot) {

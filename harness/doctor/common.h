@@ -147,6 +147,10 @@ std::string output_range_miss(const torch::Tensor& outputs, const torch::Tensor&
 // bounded_logits: every output of a (B, C) classification in (0, 1) without summing to 1, and the loss
 // at the best outputs that range allows (one-hot) still 0.3 or more: what was measured, or "".
 std::string bounded_logits(Scenario& fresh, const torch::Tensor& outputs, const Batch& batch);
+// log_probability_logits: every output at most 0 (log-probabilities) and the loss at the best outputs that
+// range allows (0 where the target is) still 0.05 or more: a loss that applies its own sigmoid or softmax
+// given log-probabilities; what was measured, or "". log_softmax before cross-entropy reaches 0 and is not one.
+std::string log_probability_logits(Scenario& fresh, const torch::Tensor& outputs, const Batch& batch);
 //   batchnorm_momentum  the new batch's weight in BatchNorm's running statistics, measured from the
 //                       running mean after one and two training passes of one batch: 0.5 or more
 VitalSign batchnorm_momentum(Scenario& fresh, const Batch& batch);
@@ -155,6 +159,12 @@ VitalSign batchnorm_momentum(Scenario& fresh, const Batch& batch);
 //   heldout_overlap    held-out samples byte-identical to samples of the first training batches
 VitalSign ignored_class(Scenario& fresh, const Batch& batch);
 VitalSign heldout_overlap(const std::vector<Batch>& training, const std::vector<Batch>& heldout, bool has_heldout);
+// Each row (sample) of x hashed (XXH3-128 of its bytes).
+std::vector<Hash128> sample_hashes(const torch::Tensor& x);
+//   label_pairing      across the batches of `steps` steps of a fresh scenario, inputs seen more than once
+//                      (8 or more) came with another target each time for half or more of them: inputs and
+//                      labels shuffled or sampled apart; skipped when no input repeats
+VitalSign label_pairing(const ScenarioFactory& make, int64_t steps);
 
 // doctor/graph.cpp: the autograd graph of a batch's loss (two training-mode passes, same dropout masks).
 struct GraphProbe {

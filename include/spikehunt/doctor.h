@@ -3,7 +3,7 @@
 /// each a sign with its evidence, ranked.
 ///
 /// Public names: run_doctor, DoctorOptions, DoctorReport, VitalSign,
-/// ScenarioFactory, doctor_text, doctor_json.
+/// ScenarioFactory, doctor_text, doctor_json, SignInfo, doctor_signs.
 ///
 ///   spikehunt::DoctorReport r = spikehunt::run_doctor([&] { return spikehunt::make_scenario(c); }, {});
 ///   std::cout << spikehunt::doctor_text(r);

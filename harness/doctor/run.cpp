@@ -1,0 +1,598 @@
+// doctor/run.cpp — the signs read from the watched run (doctor/watch.cpp):
+// the output layer, gradient flow, dead units, the non-finite source,
+// prediction collapse, the grad norm range, the monitor's verdict, the
+// labels' balance, the learning rate applied, gradient accumulation, and
+// whether the outputs depend on the inputs.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+
+#include "base/error.h"
+#include "base/number_format.h"
+#include "harness/doctor/signs.h"
+#include "harness/burst.h"
+#include "harness/report.h"
+
+namespace spikehunt::doctor_detail {
+
+using json = nlohmann::json;
+
+// ---- 6. frozen output ----
+
+VitalSign frozen_output(const Watched& w, const Probe& p) {
+  VitalSign v = sign("frozen_output");
+  if (w.records.empty()) return skipped("frozen_output", "no training step ran");
+  const double log_classes = std::log(double(p.classes));
+  double tail = 0;
+  int n = 0;
+  for (size_t i = w.records.size() > 10 ? w.records.size() - 10 : 0; i < w.records.size(); ++i) {
+    if (std::isfinite(w.records[i].loss)) tail += w.records[i].loss, ++n;
+  }
+  tail = n ? tail / n : NAN;
+  const bool still = w.outputs_moved <= 1e-7 * (1 + w.outputs_scale);
+  const bool at_chance = std::fabs(tail - log_classes) < 0.25;
+  v.data = {{"loss_first", number(w.records.front().loss)}, {"loss_last", number(tail)},
+            {"log_classes", log_classes}, {"outputs_moved", number(w.outputs_moved)}};
+  v.evidence = "loss " + fmt(w.records.front().loss) + " -> " + fmt(tail) + " (log " + std::to_string(p.classes) +
+               " = " + fmt(log_classes) + "); outputs on a fixed input moved by " + fmt(w.outputs_moved) + " in " +
+               std::to_string(w.records.size()) + " steps";
+  if (still && at_chance) {
+    v.named = {w.output_layer};
+    v.evidence += ": frozen";
+    fail(v, kRankFrozen, "the output is frozen: the loss stays at chance and no output moves",
+         "the output layer (" + w.output_layer + ") gets no gradient: look for a detach(), a no_grad block or a "
+         "frozen requires_grad between the logits and the loss");
+  }
+  return v;
+}
+
+// ---- 7. gradient flow ----
+
+VitalSign gradient_flow(const Watched& w, const DoctorOptions& o, const GraphProbe& graph) {
+  VitalSign v = sign("gradient_flow");
+  if (w.records.empty() || w.weights.empty()) return skipped("gradient_flow", "no weights or no step");
+  const size_t n = w.weights.size();
+  std::vector<double> rms(n, 0.0), peak(n, 0.0);
+  std::vector<bool> any(n, false);
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < n; ++i) index[w.weights[i]] = i;
+  int64_t flow_steps = 0;
+  for (const StepRecord& r : w.records) {
+    const bool flow = flow_steps < o.flow_steps;
+    bool finite = true;
+    for (const LayerStats& l : r.layers) finite = finite && std::isfinite(l.grad_norm);
+    for (const LayerStats& l : r.layers) {
+      auto it = index.find(l.name);
+      if (it == index.end() || !std::isfinite(l.grad_norm)) continue;
+      const size_t i = it->second;
+      peak[i] = std::max(peak[i], l.grad_norm);
+      any[i] = any[i] || l.grad_norm > 0;
+      if (flow && finite) rms[i] += l.grad_norm / std::sqrt(double(w.weight_numel[i]));
+    }
+    flow_steps += flow && finite;
+  }
+  double largest = 0, smallest = INFINITY;
+  json layers = json::object();
+  std::string table;
+  std::vector<std::string> zero;
+  for (size_t i = 0; i < n; ++i) {
+    if (flow_steps > 0) rms[i] /= double(flow_steps);
+    const std::string layer = layer_of(w.weights[i]);
+    layers[layer] = {{"rms_grad", number(rms[i])}, {"peak_grad_norm", number(peak[i])}};
+    if (!w.trainable[i]) continue;  // frozen on purpose
+    table += (table.empty() ? "" : ", ") + layer + " " + fmt(rms[i]);
+    if (!any[i]) {
+      zero.push_back(layer);
+      continue;
+    }
+    largest = std::max(largest, rms[i]);
+    smallest = std::min(smallest, rms[i]);
+  }
+  const double spread = std::isfinite(smallest) && smallest > 0 ? largest / smallest : 1.0;
+  v.data = {{"layers", layers}, {"spread", number(spread)}};
+  v.evidence = "RMS gradient per weight over the first " + std::to_string(flow_steps) + " steps: " + table +
+               " (spread " + fmt(spread) + "x)";
+  // Exploding: a layer norm above 100, or the global norm climbing 5 steps running, 10x in all.
+  std::vector<std::string> exploding;
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (peak[i] > 100) exploding.push_back(layer_of(w.weights[i]));
+    worst = std::max(worst, peak[i]);
+  }
+  bool climbing = false;
+  const auto& rec = w.records;
+  for (size_t i = 5; i < rec.size() && !climbing; ++i) {
+    bool up = true;
+    for (size_t k = i - 4; k <= i; ++k) up = up && rec[k].grad_norm > rec[k - 1].grad_norm;
+    climbing = up && rec[i].grad_norm >= 10 * rec[i - 5].grad_norm && rec[i].grad_norm > 1;
+  }
+  size_t trainable = 0;
+  for (size_t i = 0; i < n; ++i) trainable += w.trainable[i];
+  if (!zero.empty() && zero.size() == trainable && graph.loss_reaches_outputs == 0) {
+    v.named = zero;
+    v.evidence += "; exactly zero gradient: " + list(zero) + "; the loss of a batch, differentiated, gives the "
+                  "outputs no gradient";
+    fail(v, kRankCoverage,
+         "no gradient reaches any of the " + std::to_string(trainable) + " trained weights (" + list(zero, 3) +
+             "): the loss does not depend on the model's outputs (differentiated, it gives them no gradient), so "
+             "its graph is cut between the outputs and the loss",
+         "compute the loss from the output tensors: a value taken out with .item(), .detach(), .data or numpy and "
+         "put into a new tensor that requires grad trains nothing");
+  } else if (!zero.empty()) {
+    v.named = zero;
+    v.evidence += "; exactly zero gradient: " + list(zero);
+    // Whether the loss's graph reaches them at all (read from it: graph.cpp).
+    std::vector<std::string> cut;
+    for (const std::string& layer : zero) {
+      for (const std::string& name : graph.unreached) {
+        if (layer_of(name) == layer && std::find(cut.begin(), cut.end(), layer) == cut.end()) cut.push_back(layer);
+      }
+    }
+    if (graph.measured && cut.size() == zero.size()) {
+      v.evidence += "; the loss's autograd graph does not reach them";
+      fail(v, kRankCoverage,
+           "no gradient reaches " + list(zero, 3) + ": the loss's autograd graph does not reach their parameters, "
+               "so they are computed without a graph (under torch.no_grad() or detached) while an optimizer holds "
+               "them",
+           "compute them with autograd on (remove the no_grad() / detach() around them), or freeze them on purpose "
+           "with requires_grad_(False)");
+    } else {
+      fail(v, kRankGradientFlow, "no gradient reaches " + list(zero, 3),
+           "a detach(), a missing path from them to the loss, or units that never fire");
+    }
+  } else if (!exploding.empty() || climbing) {
+    v.named = exploding;
+    v.evidence += exploding.empty() ? "; the global grad norm climbed 5 steps running, 10x in all"
+                                    : "; grad norm above 100 in " + list(exploding) + " (up to " + fmt(worst) + ")";
+    fail(v, kRankGradientFlow,
+         exploding.empty() ? "exploding gradients: the global norm climbs 10x in 5 steps"
+                           : "exploding gradients in " + list(exploding, 3) + " (norm up to " + fmt(worst) + ")",
+         "clip the global grad norm (grad_clip), lower the learning rate, or fix the init scale or the input scale");
+  } else if (spread >= 1000) {
+    for (size_t i = 0; i < n; ++i) {
+      if (w.trainable[i] && rms[i] * 1000 <= largest) v.named.push_back(layer_of(w.weights[i]));
+    }
+    std::string best;
+    for (size_t i = 0; i < n; ++i) {
+      if (rms[i] == largest) best = layer_of(w.weights[i]);
+    }
+    v.evidence += "; vanishing in " + list(v.named);
+    fail(v, kRankGradientFlow,
+         "vanishing gradients: " + list(v.named, 3) + " get 1,000x less than " + best + " (RMS " + fmt(smallest) +
+             " against " + fmt(largest) + ")",
+         "use ReLU/GELU instead of saturating activations, a better init, normalization or residual connections");
+  }
+  return v;
+}
+
+// ---- 8. dead units ----
+
+VitalSign dead_units(const Watched& w) {
+  VitalSign v = sign("dead_units");
+  if (w.units_first.empty() && w.units_last.empty()) return skipped("dead_units", "no hidden activation taps");
+  std::map<std::string, std::pair<const UnitLayer*, const UnitLayer*>> by_tap;
+  std::vector<std::string> order;
+  for (const auto& l : w.units_first) by_tap[l.tap].first = &l, order.push_back(l.tap);
+  for (const auto& l : w.units_last) {
+    if (!by_tap.count(l.tap)) order.push_back(l.tap);
+    by_tap[l.tap].second = &l;
+  }
+  std::string table, worst, worst_kind;
+  double worst_share = 0;
+  bool worst_read = false;
+  for (const std::string& tap : order) {
+    const auto [first, last] = by_tap[tap];
+    const UnitLayer& any = first ? *first : *last;
+    const double a = first ? first->share() : NAN, b = last ? last->share() : NAN;
+    v.data[tap] = {{"kind", any.kind}, {"kind_from", any.read ? "module" : "output range"}, {"units", any.units},
+                   {"dead_first", number(a)}, {"dead_last", number(b)}};
+    table += (table.empty() ? "" : ", ") + tap + " " + (first ? percent(a) : "n/a") + " -> " + (last ? percent(b) : "n/a") +
+             " of " + std::to_string(any.units) + (any.kind == "rectifier" ? "" : " (" + any.kind + ")");
+    const double share = std::max(first ? a : 0.0, last ? b : 0.0);
+    if (share >= kDeadShare) {
+      v.named.push_back(tap);
+      if (share > worst_share) {
+        worst_share = share, worst_kind = any.kind, worst_read = any.read;
+        worst = tap + " (" + any.kind + ")";
+      }
+    }
+  }
+  v.evidence = "units dead on every held-out sample, start -> end: " + table + " (flagged at " + percent(kDeadShare) + ")";
+  if (!v.named.empty()) {
+    fail(v, kRankDeadUnits,
+         percent(worst_share) + " of the units of " + worst +
+             (worst_kind == "rectifier" ? " are dead (never positive)" : " are saturated") + " on every held-out sample" +
+             (worst_read ? "" : " (its kind read from its output range: no module of that name)"),
+         "dead rectifiers: check the bias init (large negative values) or lower the learning rate, or use LeakyReLU; "
+         "saturated sigmoid/tanh: scale the init down (Xavier) or normalize the pre-activations");
+  }
+  return v;
+}
+
+// ---- 9. non-finite source ----
+
+// The largest finite magnitude among a step's statistics.
+double magnitude(const StepRecord& r) {
+  double m = 0;
+  for (double x : {std::fabs(r.loss), r.output_max, r.activation_max, r.grad_max, r.state_max}) {
+    if (std::isfinite(x)) m = std::max(m, x);
+  }
+  return m;
+}
+
+VitalSign non_finite_source(const Watched& w, const LossProbe& probe) {
+  VitalSign v = sign("non_finite_source");
+  if (!w.verdict.fault) {
+    v.evidence = "every step of " + std::to_string(w.records.size()) + " stayed finite";
+    return v;
+  }
+  const Fault& f = *w.verdict.fault;
+  const int64_t step = *w.verdict.failure_step;
+  v.named = {f.tensor};
+  v.evidence = "step " + std::to_string(step) + ": " + f.describe();
+  // Overflow: finite values past 1e30 at the fault or the step before, or magnitudes grown 1,000x.
+  const size_t n = w.records.size();
+  const double at_fault = n ? magnitude(w.records.back()) : 0, before = n >= 2 ? magnitude(w.records[n - 2]) : 0;
+  std::vector<double> early;
+  for (size_t i = 0; i + 1 < n && i < 5; ++i) early.push_back(magnitude(w.records[i]));
+  std::sort(early.begin(), early.end());
+  const double baseline = early.empty() ? 0 : early[early.size() / 2];
+  const double peak = std::max(at_fault, before);
+  const bool overflow = peak >= 1e30 || (baseline > 0 && peak >= 1e3 * baseline && peak >= 1e4);
+  const double output_max = n ? w.records.back().output_max : 0;
+  v.data = {{"fault", to_json(f)}, {"step", step}, {"peak_finite", number(peak)},
+            {"early_magnitude", number(baseline)}, {"output_max", number(output_max)}};
+  if (f.tensor == "input") {
+    v.evidence += ": in the data itself";
+    fail(v, kRankNanInput, "the training data holds NaN/Inf (step " + std::to_string(step) + ")",
+         "find the bad samples in the data pipeline (a division by a zero std, a missing value) and fix or drop them");
+  } else if (overflow) {
+    v.evidence += "; finite values had reached " + fmt(peak) + " (" + fmt(baseline) + " in the first steps)";
+    v.data["kind"] = "overflow";
+    fail(v, kRankOverflow,
+         "float32 overflow: values grew to " + fmt(peak) + " before step " + std::to_string(step) + " went non-finite",
+         "the learning rate is too high or the gradients explode: lower the learning rate, clip the grad norm "
+         "(grad_clip), check the init and input scale");
+  } else if (f.stage == Stage::kLoss) {
+    v.evidence += ", from finite outputs (max |output| " + fmt(output_max) + ")";
+    v.data["kind"] = "loss";
+    if (probe.shift_ran && !std::isfinite(probe.shifted)) {
+      v.data["loss_probe"] = "exp_overflow";
+      fail(v, kRankOpMakesNaN,
+           "the loss itself makes NaN/Inf from finite outputs: exp overflows in a hand-written softmax (adding 100 to "
+           "every output, which a softmax ignores, makes the loss " + fmt(probe.shifted) + ")",
+           "subtract each row's max before exp, or use log_softmax / cross_entropy on the logits");
+    } else {
+      fail(v, kRankOpMakesNaN,
+           "the loss itself makes NaN/Inf from finite, moderate outputs: log(0), 0 x log(0) or a division by zero",
+           "add an epsilon, or use log_softmax / cross_entropy instead of log(softmax)");
+    }
+  } else if (f.stage == Stage::kForward) {
+    v.evidence += ", from finite, moderate values before it";
+    v.data["kind"] = "forward";
+    fail(v, kRankOpMakesNaN, "an operation in the forward makes NaN/Inf at " + f.tensor + " from finite, moderate values",
+         "look for log(0), a division by zero (a zero std or norm), sqrt of a negative number or exp of a large one "
+         "right before that tap");
+  } else if (f.stage == Stage::kBackward) {
+    v.evidence += ", with a finite loss";
+    v.data["kind"] = "backward";
+    fail(v, kRankOpMakesNaN, "the backward makes a non-finite gradient (" + f.tensor + ") from a finite loss",
+         "an operation whose derivative is infinite at its input: sqrt(0), pow(x, 0.5) at 0, the norm of a zero "
+         "vector, acos(1); add an epsilon inside it");
+  } else {
+    v.data["kind"] = "optimizer_step";
+    fail(v, kRankOverflow, "the optimizer step makes " + f.tensor + " non-finite from finite gradients",
+         "the update overflows (learning rate x gradient) or divides by a tiny second moment (Adam's eps): lower the "
+         "learning rate, raise eps, clip");
+  }
+  return v;
+}
+
+// ---- 10. prediction collapse ----
+
+// With labels unrelated to the inputs, the loss on batches the model has not
+// seen cannot go below the entropy of the labels: the last quarter of the
+// watched run's losses below it (by 0.1 nats) shows the inputs predict them.
+bool learns_from_fresh_batches(const Watched& w, const std::vector<int64_t>& labels, int64_t total) {
+  if (total == 0 || w.records.size() < 8) return false;
+  double entropy = 0;
+  for (int64_t c : labels) {
+    if (c > 0) entropy -= double(c) / double(total) * std::log(double(c) / double(total));
+  }
+  double tail = 0;
+  size_t n = 0;
+  for (size_t i = w.records.size() * 3 / 4; i < w.records.size(); ++i) {
+    if (std::isfinite(w.records[i].loss)) tail += w.records[i].loss, ++n;
+  }
+  return n > 0 && tail / double(n) < entropy - 0.1;
+}
+
+// `memorized`: the overfit check memorized one batch and saw no shifted labels.
+VitalSign prediction_collapse(const Watched& w, const Probe& p, bool memorized) {
+  VitalSign v = sign("prediction_collapse");
+  if (w.predictions.empty()) {
+    return skipped("prediction_collapse", w.verdict.failure_step ? "the run went non-finite: nothing to predict with"
+                                                                 : "no labeled probe data (class ids) to predict");
+  }
+  const int64_t c = p.classes;
+  std::vector<std::vector<int64_t>> confusion(size_t(c), std::vector<int64_t>(size_t(c), 0));
+  std::vector<int64_t> label_count(size_t(c), 0), predicted_count(size_t(c), 0);
+  int64_t correct = 0, n = 0, outside = 0;
+  for (const Prediction& x : w.predictions) {
+    if (x.label < 0 || x.label >= c) {  // a label the output cannot name: wrong, not dropped
+      ++outside, ++n;
+      continue;
+    }
+    if (x.predicted < 0 || x.predicted >= c) continue;
+    ++confusion[x.label][x.predicted];
+    ++label_count[x.label];
+    ++predicted_count[x.predicted];
+    correct += x.label == x.predicted;
+    ++n;
+  }
+  if (n == outside) return skipped("prediction_collapse", "no probe label is a class of the output");
+  const int64_t majority = std::max_element(label_count.begin(), label_count.end()) - label_count.begin();
+  const int64_t top = std::max_element(predicted_count.begin(), predicted_count.end()) - predicted_count.begin();
+  const double accuracy = double(correct) / double(n), baseline = double(label_count[majority]) / double(n);
+  const double top_share = double(predicted_count[top]) / double(n);
+  // The training data's balance, from the labels the monitor counted.
+  std::vector<int64_t> train(size_t(c), 0);
+  for (const StepRecord& r : w.records) {
+    for (size_t k = 0; k < r.label_histogram.size() && k < size_t(c); ++k) train[k] += r.label_histogram[k];
+  }
+  const int64_t train_total = std::accumulate(train.begin(), train.end(), int64_t{0});
+  const int64_t train_major = std::max_element(train.begin(), train.end()) - train.begin();
+  const double train_share = train_total ? double(train[size_t(train_major)]) / double(train_total) : 0;
+  const bool imbalanced = train_total > 0 && train_share >= std::max(2.0 / double(c), 0.3);
+  v.data = {{"accuracy", accuracy}, {"majority_baseline", baseline}, {"majority_class", majority},
+            {"most_predicted_class", top}, {"most_predicted_share", top_share},
+            {"training_majority_class", train_major}, {"training_majority_share", train_share},
+            {"labels_outside_output", outside}, {"confusion", confusion}};
+  std::string matrix = "\n      confusion (rows: label, columns: prediction):";
+  for (int64_t i = 0; i < c && c <= 20; ++i) {
+    if (label_count[i] == 0) continue;
+    matrix += "\n      " + std::to_string(i) + ":";
+    for (int64_t k = 0; k < c; ++k) {
+      char cell[16];
+      std::snprintf(cell, sizeof cell, " %4lld", static_cast<long long>(confusion[i][k]));
+      matrix += cell;
+    }
+  }
+  v.evidence = std::string(p.has_heldout ? "held-out" : "training-batch") + " accuracy " + percent(accuracy) + " over " +
+               std::to_string(n) + " samples; always predicting the majority class " + std::to_string(majority) +
+               " scores " + percent(baseline) + "; class " + std::to_string(top) + " gets " + percent(top_share) +
+               " of the predictions" +
+               (outside ? " (" + std::to_string(outside) + " labels lie outside the output's " + std::to_string(c) +
+                              " classes: counted wrong)"
+                        : std::string()) +
+               "; the training labels are " +
+               (train_total ? percent(train_share) + " class " + std::to_string(train_major) : std::string("unknown")) +
+               matrix;
+  if (accuracy <= baseline + 0.02) {
+    v.named = {"class " + std::to_string(top)};
+    if (imbalanced) {
+      fail(v, kRankCollapse,
+           "the predictions collapse to the training data's majority: " + percent(train_share) + " of its labels are class " +
+               std::to_string(train_major),
+           "the model learned the class frequencies, not the inputs: rebalance the data (resample) or weight the loss "
+           "by inverse class frequency");
+    } else if (w.verdict.onset_step) {
+      fail(v, kRankCollapse,
+           "the predictions collapse to class " + std::to_string(top) + " (" + percent(top_share) +
+               ") after the watched run went extreme at step " + std::to_string(*w.verdict.onset_step),
+           "the collapse follows the instability monitor_health names: see its onset and first movers (a lower "
+           "learning rate, warm-up, or clipping)");
+    } else if (memorized && p.has_heldout && learns_from_fresh_batches(w, train, train_total)) {
+      v.evidence += "; the training loss on fresh batches fell below the labels' entropy: the inputs predict the "
+                    "labels, the held-out accuracy is not yet above chance";
+      return v;
+    } else if (memorized && p.has_heldout) {
+      fail(v, kRankCollapse,
+           "the training labels look unrelated to the inputs: one batch is memorized, yet held-out accuracy stays "
+           "at chance (" + percent(accuracy) + ")",
+           "check that inputs and labels stay paired through the data pipeline (shuffled or sorted apart, an "
+           "index off, labels from another file)");
+    } else {
+      fail(v, kRankCollapse,
+           "the predictions are no better than chance on balanced data (" + percent(top_share) + " go to class " +
+               std::to_string(top) + ")",
+           "the model is not using its inputs: check that the inputs reach the model, the labels match the inputs, "
+           "the learning rate, and dead or saturated layers");
+    }
+  }
+  return v;
+}
+
+// ---- 11. grad norm range ----
+
+VitalSign grad_norm_range(const Watched& w) {
+  VitalSign v = sign("grad_norm_range");
+  std::vector<double> norms;
+  for (const StepRecord& r : w.records) {
+    if (std::isfinite(r.grad_norm)) norms.push_back(r.grad_norm);
+  }
+  if (norms.empty()) return skipped("grad_norm_range", "no finite gradient norm");
+  std::sort(norms.begin(), norms.end());
+  const double median = norms[norms.size() / 2];
+  v.data = {{"median", median}, {"min", norms.front()}, {"max", norms.back()}};
+  v.evidence = "global grad norm: median " + fmt(median) + ", range " + fmt(norms.front()) + " to " + fmt(norms.back()) +
+               " (sane: median 0.001 to 10, peak up to 1000)";
+  if (median < 1e-3) {
+    fail(v, kRankGradRange, "the gradients are tiny (median norm " + fmt(median) + ")",
+         "vanishing gradients, dead units or a detached path");
+  } else if (median > 10 || norms.back() > 1e3) {
+    fail(v, kRankGradRange,
+         median > 10 ? "the gradients are large (median norm " + fmt(median) + ")"
+                     : "the gradient norm spikes to " + fmt(norms.back()) + " (median " + fmt(median) + ")",
+         "lower the learning rate or clip the grad norm (grad_clip)");
+  }
+  return v;
+}
+
+// ---- 12. the monitor's verdict ----
+
+VitalSign monitor_health(const Watched& w) {
+  VitalSign v = sign("monitor_health");
+  const Verdict& r = w.verdict;
+  v.data = to_json(r);
+  if (!r.onset_step) {
+    v.evidence = "no extreme or non-finite step in " + std::to_string(r.steps_run) + " (the config's health rules)";
+    return v;
+  }
+  const std::string rules = onset_rules_text(r);
+  v.named = r.onset_rules;
+  v.evidence = "step " + std::to_string(*r.onset_step) + " went " +
+               (r.onset_rules.size() == 1 && r.onset_rules[0] == "non_finite" ? "non-finite" : "extreme") + ": " + rules;
+  if (r.failure_step) v.evidence += "; non-finite at step " + std::to_string(*r.failure_step);
+  const std::string movers = describe_movers(r.movers, *r.onset_step);
+  if (!movers.empty()) v.evidence += "; moved first: " + movers;
+  fail(v, kRankHealth, "the monitor flags step " + std::to_string(*r.onset_step) + " (" + rules + ")",
+       "see `spikehunt run` on this config for the steps around it; the rules are under health.* in the config");
+  return v;
+}
+
+
+// The model must use its input: at least one output differs between the
+// samples of the fixed batch, at the start or after the run.
+VitalSign input_dependence(const Watched& w) {
+  VitalSign v = sign("input_dependence");
+  auto spread = [](const torch::Tensor& o) {
+    if (!o.defined() || o.dim() < 1 || o.size(0) < 2) return double(NAN);
+    const torch::Tensor f = o.reshape({o.size(0), -1});
+    return (f - f.slice(0, 0, 1)).abs().max().item<double>() / (1e-12 + f.abs().max().item<double>());
+  };
+  const double first = spread(w.outputs_before), last = spread(w.outputs_after);
+  if (std::isnan(first)) return skipped("input_dependence", "no batch of two or more samples");
+  v.data = {{"relative_spread_start", number(first)}, {"relative_spread_end", number(last)}};
+  v.evidence = "outputs across the fixed batch's samples differ by " + fmt(first) + " (relative) at the start" +
+               (std::isnan(last) ? "" : ", " + fmt(last) + " at the end");
+  // Exactly the same output for every sample (a saturated or dead network comes close; dead_units tells that).
+  const bool constant = first <= 1e-12 && (std::isnan(last) || last <= 1e-12);
+  bool dead_layer = false;
+  for (const auto& l : w.units_first) dead_layer = dead_layer || l.share() >= 0.99;
+  if (constant) {
+    const torch::Tensor& o = w.outputs_before;
+    const bool one_unit = o.dim() == 2 && o.size(1) == 1;
+    const double value = o.reshape({-1})[0].item<double>();
+    v.named = {"output"};
+    v.evidence += ": every sample gets the same output (" + fmt(value) + ")";
+    fail(v, dead_layer ? kRankCollapse : kRankConstantOutput,
+         "the output does not depend on the input: every sample gets " + fmt(value) +
+             (one_unit && std::fabs(value - 1) < 1e-6 ? " (a softmax over one output unit is always 1)" : ""),
+         one_unit ? "a softmax (or log_softmax) over a single unit is constant: use sigmoid with "
+                    "binary_cross_entropy, or BCEWithLogits on the raw unit, or two output units"
+                  : "check that forward() uses its input (not a constant, a cached tensor or the wrong variable), "
+                    "and for a normalization over the wrong dimension");
+  }
+  return v;
+}
+
+
+// Every training label one class: nothing to learn.
+VitalSign label_balance(const Watched& w, int64_t classes) {
+  VitalSign v = sign("label_balance");
+  std::vector<int64_t> count;
+  for (const StepRecord& r : w.records) {
+    if (count.size() < r.label_histogram.size()) count.resize(r.label_histogram.size(), 0);
+    for (size_t k = 0; k < r.label_histogram.size(); ++k) count[k] += r.label_histogram[k];
+  }
+  const int64_t total = std::accumulate(count.begin(), count.end(), int64_t{0});
+  if (total == 0 || classes < 2) return skipped("label_balance", "no class-id labels");
+  const int64_t top = std::max_element(count.begin(), count.end()) - count.begin();
+  int64_t present = 0;
+  for (int64_t c : count) present += c > 0;
+  v.data = {{"classes_present", present}, {"labels", total}, {"top_class", top},
+            {"top_share", double(count[size_t(top)]) / double(total)}};
+  v.evidence = std::to_string(present) + " of " + std::to_string(classes) + " classes in " + std::to_string(total) +
+               " training labels; class " + std::to_string(top) + " has " + percent(double(count[size_t(top)]) / double(total));
+  if (present == 1) {
+    v.named = {"class " + std::to_string(top)};
+    fail(v, kRankOneClass,
+         "every training label is class " + std::to_string(top) + " (" + std::to_string(total) + " labels)",
+         "the labels are lost in the data pipeline: a constant, a wrong column, an overwritten or zero-initialized "
+         "label tensor, or a filter that keeps one class");
+  }
+  return v;
+}
+
+// The applied learning rate must not fall to a negligible share of its peak early.
+VitalSign lr_schedule(const Watched& w) {
+  VitalSign v = sign("lr_schedule");
+  if (w.records.size() < 3) return skipped("lr_schedule", "fewer than 3 steps");
+  double peak = 0, last = 0;
+  int64_t fell = -1;
+  const int64_t planned = std::max<int64_t>(w.verdict.planned_steps, int64_t(w.records.size()));
+  for (const StepRecord& r : w.records) {
+    peak = std::max(peak, r.lr);
+    last = r.lr;
+    if (fell < 0 && peak > 0 && r.lr < 0.01 * peak) fell = r.step;
+  }
+  // A warm-up that starts over: a one-step drop back to the first step's learning rate from twice it or more.
+  int64_t restart = -1;
+  double before = 0;
+  const double first = w.records.front().lr;
+  for (size_t i = 1; i < w.records.size() && restart < 0 && first > 0; ++i) {
+    const double prev = w.records[i - 1].lr, now = w.records[i].lr;
+    if (prev >= 2 * first && std::fabs(now - first) <= 0.01 * first) restart = w.records[i].step, before = prev;
+  }
+  v.data = {{"peak", peak}, {"last", last}, {"fell_below_1pct_at", fell}, {"planned_steps", planned},
+            {"restarted_at", restart}};
+  v.evidence = "applied learning rate: peak " + fmt(peak) + ", " + fmt(last) + " at step " +
+               std::to_string(w.records.back().step) + " of " + std::to_string(planned) + " planned";
+  if (restart >= 0) {
+    v.named = {"schedule"};
+    fail(v, kRankLrSchedule,
+         "the learning rate goes back to its starting value at step " + std::to_string(restart) + " (from " +
+             fmt(before) + " to " + fmt(first) + ", its value at step " + std::to_string(w.records.front().step) +
+             "): the warm-up starts over instead of finishing (the highest it reached: " + fmt(peak) + ")",
+         "count the warm-up by the global step, not the step within the epoch");
+  } else if (fell >= 0 && double(fell) < 0.25 * double(planned)) {
+    v.named = {"schedule"};
+    fail(v, kRankLrSchedule,
+         "the learning rate falls to under 1% of its peak (" + fmt(peak) + ") by step " + std::to_string(fell) +
+             " of " + std::to_string(planned) + " planned",
+         "a scheduler stepped per batch where it was meant per epoch, a decay factor or step size off by orders "
+         "of magnitude: training stops learning early");
+  }
+  return v;
+}
+
+// The gradient the optimizer applies is the gradient of this step's loss:
+// what optimizer_step() leaves in .grad, against what backward computed (the
+// monitor's grad norm). A ratio that keeps growing step after step is a sum
+// of gradients that is never reset (a missing zero_grad() in the user's own
+// step, a running sum); clipping or weight decay keep it flat.
+VitalSign grad_accumulation(const Watched& w) {
+  VitalSign v = sign("grad_accumulation");
+  const size_t n = std::min(w.grads_after_step.size(), w.records.size());
+  if (n < 8) return skipped("grad_accumulation", "fewer than 8 steps");
+  std::vector<double> ratio;
+  for (size_t i = 0; i < n; ++i) {
+    const double g = w.records[i].grad_norm;
+    ratio.push_back(g > 0 && std::isfinite(g) ? w.grads_after_step[i] / g : 1.0);
+  }
+  auto mean = [&](size_t from, size_t to) {
+    double s = 0;
+    for (size_t i = from; i < to; ++i) s += ratio[i];
+    return s / double(std::max<size_t>(to - from, 1));
+  };
+  const double first = ratio[0], last = mean(n - n / 4, n);
+  v.data = {{"ratio_first_step", number(first)}, {"ratio_last_quarter", number(last)}};
+  v.evidence = "gradient left after optimizer_step() / gradient of the step's loss: x" + fmt(first) +
+               " at the first step, x" + fmt(last) + " over the last quarter of " + std::to_string(n) + " steps";
+  if (last >= 2 && last >= 1.5 * first) {
+    v.named = {"optimizer_step"};
+    fail(v, kRankGradAccumulation,
+         "the gradients applied keep growing against the loss's own (x" + fmt(first) + " -> x" + fmt(last) +
+             "): gradients are summed across steps and never reset",
+         "zero the gradients (or the running sum) every step: optimizer.zero_grad() before backward, or clear "
+         "the accumulator after it is applied");
+  }
+  return v;
+}
+
+}  // namespace spikehunt::doctor_detail
