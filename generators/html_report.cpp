@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/html.h"
 #include "base/number_format.h"
 #include "base/program.h"
 #include "generators/rates.h"
@@ -30,27 +31,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string escape(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char ch : text) {
-    switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += ch;
-    }
-  }
-  return out;
-}
-
-// JSON inside <script>: "</" would end the element.
-std::string script_json(const json& j) {
-  std::string text = j.dump();
-  for (size_t at = text.find("</"); at != std::string::npos; at = text.find("</", at + 3)) text.replace(at, 2, "<\\/");
-  return text;
-}
+std::string escape(const std::string& text) { return html_escape(text); }
 
 std::string rate_text(const RateCell& c) {
   const auto [lo, hi] = wilson_interval(c.failed, c.runs);

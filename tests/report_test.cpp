@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/html.h"
 #include "base/number_format.h"
 #include "cli/flags.h"
 #include "generators/html_report.h"
@@ -221,6 +222,21 @@ TEST(LrSensitivity, ARealGridOnTextPrintsResumesAndDrawsLossAgainstLr) {
   EXPECT_EQ(page.charts[0]["rows"], 2) << "one row per learning rate";
   EXPECT_EQ(page.charts[0]["points"], 4) << "one point per variant and learning rate";
   EXPECT_GT(page.charts[0]["colored"].get<int64_t>(), 100) << "the lines are drawn";
+}
+
+// A tap name, a --vary value or an exception's text holding markup cannot end or open an element of
+// the page: not in its text, its attributes or its JSON data blocks (base/html.h; fuzzed by fuzz_html).
+TEST(Report, HostileStringsAreEscapedInTextAttributesAndDataBlocks) {
+  for (const std::string s : {"<!--<script>", "</script><script>alert(1)</script>", "a&b\"c'd>e", "<!--"}) {
+    const std::string data = script_json(nlohmann::json{{"tap", s}, {s, {s}}});
+    for (const char* bad : {"<!--", "<script", "</script", "<", ">", "&"}) {
+      EXPECT_EQ(data.find(bad), std::string::npos) << bad << " in " << data;
+    }
+    EXPECT_EQ(nlohmann::json::parse(data)["tap"], s);  // what the page's script reads back
+    const std::string text = html_escape(s);
+    EXPECT_EQ(text.find_first_of("<>\"'"), std::string::npos) << text;
+  }
+  EXPECT_EQ(html_escape("<!--<script>"), "&lt;!--&lt;script&gt;");
 }
 
 TEST(Report, BadInputIsExitTwoAndWritesNothing) {
