@@ -50,6 +50,7 @@ int calibrate_verb(const CalibrateArgs& a) {
                      "2 puts each raised threshold at twice what the healthy runs reached");
   }
   checked_output_file("calibrate", "--out", a.out);  // before anything trains
+  refuse_foreign_output("calibrate", "--out", a.out, OutputKind::kRules);
   const std::vector<std::string> sets = with_rules(a.rules, a.sets);
   const TrainingConfig base = a.config.empty() ? default_config(sets) : load_config(a.config, sets);
   std::vector<double> lrs = {base.optimizer.lr};

@@ -14,6 +14,7 @@
 #include "base/did_you_mean.h"
 #include "base/error.h"
 #include "base/program.h"
+#include "cli/flags.h"
 #include "cli/verbs.h"
 #include "harness/env.h"
 
@@ -169,7 +170,9 @@ int Cli::main(int argc, char** argv) {
   }
   try {
     for (auto& [command, run] : impl_->verbs) {
-      if (command->parsed()) return run();
+      if (!command->parsed()) continue;
+      refuse_outputs_that_are_inputs(*command, command->get_name());
+      return run();
     }
   } catch (const InputError& e) {
     std::cerr << e.what() << "\n";

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -97,7 +98,10 @@ void apply_finish_args(const char* verb, const FinishArgs& a, SweepOptions* o) {
   o->shrinker = a.shrinker == "tree" ? ShrinkMethod::kTree : ShrinkMethod::kPasses;
   o->progress = !a.no_progress;
   o->pool = pool_options(verb, a);
-  if (!a.junit.empty()) o->junit_path = checked_output_file(verb, "--junit", a.junit);
+  if (!a.junit.empty()) {
+    o->junit_path = checked_output_file(verb, "--junit", a.junit);
+    refuse_foreign_output(verb, "--junit", a.junit, OutputKind::kJunit);
+  }
 }
 
 std::string checked_output_file(const std::string& verb, const char* flag, const std::string& path) {
@@ -119,6 +123,57 @@ std::string checked_output_file(const std::string& verb, const char* flag, const
                      "make the folder first, or write the file elsewhere");
   }
   return path;
+}
+
+void refuse_foreign_output(const std::string& verb, const char* flag, const std::string& path, OutputKind kind) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return;
+  std::string head;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size <= (64u << 20)) head = read_file(path);
+  bool ours = false;
+  const char* what = "";
+  if (kind == OutputKind::kJunit) {
+    what = "a JUnit XML file";
+    ours = head.rfind("<?xml", 0) == 0 && head.find("<testsuites") != std::string::npos;
+  } else {
+    what = kind == OutputKind::kRules ? "a rules file calibrate wrote" : "a guard baseline";
+    const nlohmann::json j = nlohmann::json::parse(head, nullptr, /*allow_exceptions=*/false);
+    ours = j.is_object() && (kind == OutputKind::kRules ? j.contains("calibration") && j.contains("health")
+                                                        : j.value("format", "") == "spikehunt guard baseline");
+  }
+  if (ours) return;
+  throw flag_error(verb, flag, path, std::string("is a file spikehunt did not write (not ") + what + "): it is left as it is",
+                   "give " + std::string(flag) + " a path of its own, or move the file away");
+}
+
+void refuse_outputs_that_are_inputs(const CLI::App& command, const std::string& verb) {
+  std::vector<std::pair<std::string, std::string>> outputs, inputs;  // (flag, value)
+  for (const CLI::Option* o : command.get_options()) {
+    const std::vector<std::string>& lnames = o->get_lnames();
+    const bool output = std::find(lnames.begin(), lnames.end(), "out") != lnames.end() ||
+                        std::find(lnames.begin(), lnames.end(), "junit") != lnames.end() || o->get_name() == "OUT";
+    const std::string flag = lnames.empty() ? o->get_name() : "--" + lnames.front();
+    for (const std::string& value : o->results()) {
+      if (!value.empty()) (output ? outputs : inputs).push_back({flag, value});
+    }
+  }
+  for (const auto& [out_flag, out] : outputs) {
+    for (const auto& [in_flag, in] : inputs) {
+      std::error_code ec;
+      if (!std::filesystem::equivalent(out, in, ec) || ec) continue;
+      throw flag_error(verb, out_flag.c_str(), out,
+                       "is also its " + in_flag + " (" + in + "): writing it would destroy that input",
+                       "give " + out_flag + " a path of its own");
+    }
+    for (const auto& [other_flag, other] : outputs) {
+      std::error_code ec;
+      if (&other != &out && out_flag < other_flag && std::filesystem::equivalent(out, other, ec) && !ec) {
+        throw flag_error(verb, out_flag.c_str(), out, "is also its " + other_flag + ": one would overwrite the other",
+                         "give each output a path of its own");
+      }
+    }
+  }
 }
 
 void add_finish_flags(CLI::App* verb, FinishArgs& a, const char* budget_help, const char* shrink_bursts_names,

@@ -58,6 +58,15 @@ void apply_finish_args(const char* verb, const FinishArgs& a, SweepOptions* o);
 // exists): checked before anything trains, not after an hour of it; else an
 // InputError naming the verb's `flag`.
 std::string checked_output_file(const std::string& verb, const char* flag, const std::string& path);
+// What a verb writes at an output flag, known by its first bytes: an existing
+// file there that is not one (`kind` says what it would be) is the user's, and
+// refused with an InputError naming the flag; nothing is overwritten.
+enum class OutputKind { kJunit, kRules, kBaseline };
+void refuse_foreign_output(const std::string& verb, const char* flag, const std::string& path, OutputKind kind);
+// Every output flag of the parsed command (--out, --junit, OUT) against every
+// other value it was given: an output that is one of its inputs (the same file,
+// by any path) is refused, naming both, before anything runs.
+void refuse_outputs_that_are_inputs(const CLI::App& command, const std::string& verb);
 
 // `lr-sensitivity`'s flags (cli/lr_sensitivity.cpp parses them):
 // "FIELD=V1,V2,..." (what --vary takes), each value one the field takes; an

@@ -30,6 +30,7 @@ void add_guard_verb(Cli& cli) {
           if (g.out.empty()) throw flag_error(verb, "--out", "", "is required", "where to write the baseline JSON");
           if (!g.baseline.empty()) throw flag_error(verb, "--baseline", g.baseline, "applies to guard check", "record writes --out");
           if (!g.junit.empty()) throw flag_error(verb, "--junit", g.junit, "applies to guard check", "record writes --out");
+          refuse_foreign_output(verb, "--out", g.out, OutputKind::kBaseline);
           return guard_record(g.suite, g.out, with_rules(g.rules, g.sets), std::cout, g.options);
         }
         if (g.baseline.empty()) {
@@ -39,7 +40,10 @@ void add_guard_verb(Cli& cli) {
           throw flag_error(verb, "--out", g.out, "applies to guard record", "check writes nothing: it reads --baseline");
         }
         GuardOptions options = g.options;
-        if (!g.junit.empty()) options.junit_path = checked_output_file(verb, "--junit", g.junit);
+        if (!g.junit.empty()) {
+          options.junit_path = checked_output_file(verb, "--junit", g.junit);
+          refuse_foreign_output(verb, "--junit", g.junit, OutputKind::kJunit);
+        }
         return guard_check(g.suite, g.baseline, with_rules(g.rules, g.sets), std::cout, options);
       });
   guard->add_option("-j,--jobs", guard_args->options.jobs, "Configs at once, each in its own worker process")

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -210,8 +211,12 @@ std::string dygraphs_dir() {
 
 namespace {
 
+// Marks every page spikehunt writes: a file at a report's path without it is the user's.
+constexpr const char* kGenerator = "<meta name=\"generator\" content=\"spikehunt\">";
+
 std::string page_head(const std::string& title, const std::string& dygraph_js, const std::string& dygraph_css) {
-  return "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" + escape(title) +
+  return "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n" + std::string(kGenerator) +
+         "\n<title>" + escape(title) +
          "</title>\n<script>window.spikehuntErrors = [];\nwindow.addEventListener('error', function (e) { "
          "window.spikehuntErrors.push(String(e.message)); });</script>\n<style>" +
          dygraph_css + "\n" + kStyle + "</style>\n<script>" + dygraph_js + "</script>\n</head><body>\n";
@@ -278,7 +283,29 @@ ReportFacts write_lr_report(const std::string& dir, const std::string& out_path,
 
 }  // namespace
 
+bool is_spikehunt_report(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(4096, '\0');
+  in.read(head.data(), std::streamsize(head.size()));
+  head.resize(size_t(in.gcount()));
+  return head.rfind("<!doctype html>", 0) == 0 &&
+         (head.find(kGenerator) != std::string::npos || head.find("<h1>spikehunt ") != std::string::npos ||
+          head.find("<title>spikehunt ") != std::string::npos);
+}
+
+void refuse_foreign_report(const std::string& path, const std::string& flag) {
+  std::error_code ec;
+  if (!fs::exists(path, ec) || is_spikehunt_report(path)) return;
+  throw InputError(path, flag, path,
+                   fs::is_directory(path, ec) ? "is a folder, not a report"
+                                              : "is a file spikehunt did not write (not one of its reports): it is "
+                                                "left as it is",
+                   "give " + flag + " a path of its own, or move the file away");
+}
+
 ReportFacts write_sweep_report(const std::string& dir, const std::string& out_path) {
+  refuse_foreign_report(out_path.empty() ? (fs::path(dir) / "report.html").string() : out_path,
+                        out_path.empty() ? "report.html" : "--out");
   const std::string db = (fs::path(dir) / "sweep.db").string();
   if (!fs::exists(db)) {
     throw InputError(dir, "", "", "has no sweep.db", "give the --out folder of a spikehunt sweep (default results/sweep)");

@@ -30,4 +30,11 @@ std::string dygraphs_dir();
 // or missing dygraphs files, is an InputError.
 ReportFacts write_sweep_report(const std::string& dir, const std::string& out = "");
 
+// Whether `path` holds a page spikehunt wrote (its generator marker, or an
+// older report's heading); refuse_foreign_report throws an InputError naming
+// `flag` when an existing file at `path` is not one: a report never replaces a
+// file of the user's (or a sweep's database).
+bool is_spikehunt_report(const std::string& path);
+void refuse_foreign_report(const std::string& path, const std::string& flag);
+
 }  // namespace spikehunt

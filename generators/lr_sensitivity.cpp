@@ -1,4 +1,5 @@
 #include "generators/lr_sensitivity.h"
+#include "generators/html_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -156,6 +157,7 @@ int run_lr_sensitivity(const LrSensitivityOptions& o, std::ostream& out) {
                        "to 256 of what there is)");
     }
   }
+  refuse_foreign_report(o.out_dir + "/report.html", "--out");  // the user's own page there is never replaced
   const OutLock lock = OutLock::folder(o.out_dir, "lr-sensitivity");
   const json spec = lr_spec_json(o);
   SweepStore store(o.out_dir + "/sweep.db", spec.dump(), 0);

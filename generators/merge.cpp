@@ -1,4 +1,5 @@
 #include "generators/merge.h"
+#include "generators/html_report.h"
 
 #include <algorithm>
 #include <chrono>
@@ -189,6 +190,7 @@ int run_merge(const MergeOptions& m, std::ostream& out) {
   o.runs = runs;
   o.out_dir = m.out_dir;
   o.binary = binary;
+  refuse_foreign_report(m.out_dir + "/report.html", "OUT");  // the user's own page there is never replaced
   const OutLock lock = OutLock::folder(m.out_dir, "merge");
   fs::create_directories(m.out_dir + "/repros");
   for (const std::string& d : {m.out_dir, m.out_dir + "/repros"}) remove_stale_temporaries(d);  // under our lock

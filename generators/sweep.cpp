@@ -52,6 +52,7 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
   }
   const bool sharded = o.shard_count > 1;
   const std::string dir = sharded ? shard_folder(o.out_dir, o.shard_index, o.shard_count) : o.out_dir;
+  refuse_foreign_report(dir + "/report.html", "--out");  // the user's own page there is never replaced
   const OutLock lock = OutLock::folder(dir, sharded ? "sweep --shard " + shard_text(o.shard_index, o.shard_count) : "sweep");
   fs::create_directories(dir + "/repros");
   for (const std::string& d : {dir, dir + "/repros"}) remove_stale_temporaries(d);  // a killed writer's, under our lock

@@ -43,6 +43,54 @@ void expect_bad_input(const testing::CommandResult& r, std::initializer_list<std
   for (const std::string& p : parts) EXPECT_TRUE(has(r.output, p)) << "missing \"" << p << "\" in:\n" << r.output;
 }
 
+// An output flag naming one of the command's own inputs, or a file of the user's that the command did
+// not write, is exit 2 naming both, and the file is left byte for byte.
+TEST(Reliability, NoOutputDestroysAnInputOrAFileSpikehuntDidNotWrite) {
+  TempDir dir;
+  auto keep = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir.file(name)) << bytes;
+    return dir.file(name);
+  };
+  auto unchanged = [&](const std::string& path, const std::string& bytes) { EXPECT_EQ(read_file(path), bytes) << path; };
+  const std::string config_bytes = read_file(testing::source_path("configs/healthy.json"));
+  const std::string config = keep("c.json", config_bytes);
+  expect_bad_input(run_spikehunt("calibrate --config " + config + " --out " + config),
+                   {"--out = " + config, "is also its --config", "would destroy that input"});
+  unchanged(config, config_bytes);
+  const std::string suite = keep("suite.json", R"({"configs": []})");
+  expect_bad_input(run_spikehunt("guard record --suite " + suite + " --out " + dir.path() + "/./suite.json"),
+                   {"--out", "is also its --suite"});
+  unchanged(suite, R"({"configs": []})");
+  const std::string space_bytes = read_file(testing::source_path("configs/space.json"));
+  const std::string space = keep("space.json", space_bytes);
+  expect_bad_input(run_spikehunt("sweep --space " + space + " --junit " + space + " --out " + dir.file("s")),
+                   {"--junit", "is also its --space"});
+  unchanged(space, space_bytes);
+  const std::string baseline = keep("baseline.json", "{}");
+  expect_bad_input(run_spikehunt("guard check --suite " + suite + " --baseline " + baseline + " --junit " + baseline),
+                   {"--junit", "is also its --baseline"});
+  unchanged(baseline, "{}");
+  // Files of the user's where a report, a JUnit file, a rules file or a baseline would go.
+  std::filesystem::create_directories(dir.file("sweep"));
+  const std::string db = keep("sweep/sweep.db", "not html");
+  expect_bad_input(run_spikehunt("report " + dir.file("sweep") + " --out " + db),
+                   {"--out", "is a file spikehunt did not write (not one of its reports)"});
+  unchanged(db, "not html");
+  std::filesystem::create_directories(dir.file("mine"));
+  const std::string page = keep("mine/report.html", "<p>my own notes</p>");
+  expect_bad_input(run_spikehunt("sweep --budget 1s --out " + dir.file("mine")), {page, "did not write"});
+  unchanged(page, "<p>my own notes</p>");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("mine/sweep.db"))) << "refused before anything was written";
+  const std::string xml = keep("notes.xml", "<notes/>");
+  expect_bad_input(run_spikehunt("sweep --budget 1s --junit " + xml + " --out " + dir.file("s2")), {"not a JUnit XML file"});
+  unchanged(xml, "<notes/>");
+  const std::string other = keep("other.json", config_bytes);
+  expect_bad_input(run_spikehunt("calibrate --config " + config + " --out " + other), {"not a rules file calibrate wrote"});
+  unchanged(other, config_bytes);
+  expect_bad_input(run_spikehunt("guard record --suite " + suite + " --out " + other), {"not a guard baseline"});
+  unchanged(other, config_bytes);
+}
+
 TEST(Reliability, ANumberBeyondADoubleNamesTheFileTheFieldAndTheNumber) {
   TempDir dir;
   const std::string config = dir.file("huge.json");
