@@ -182,7 +182,7 @@ void add_finish_flags(CLI::App* verb, FinishArgs& a, const char* budget_help, co
   verb->add_option("--budget", a.budget, budget_help);
   verb->add_option("--timeout", a.timeout, "Per-burst timeout: a burst past it is a timeout verdict")->capture_default_str();
   verb->add_option(shrink_bursts_names, a.shrink_bursts, shrink_bursts_help)->capture_default_str();
-  verb->add_option("--max-shrinks", a.max_shrinks, "Distinct failures to shrink, most frequent first")->capture_default_str();
+  verb->add_option("--max-shrinks", a.max_shrinks, "Distinct failures to shrink, most harmful first (crashed, non-finite, extreme, timeout), then most frequent")->capture_default_str();
   verb->add_option("--shrinker", a.shrinker,
                    "passes: resets, then binary searches, the shrinks at once on idle slots; tree: RapidCheck's shrink "
                    "tree one failure after another (the shrinker before passes, to compare with)")

@@ -38,7 +38,22 @@ struct FailureGroup {
   std::string signature;
   int64_t occurrences = 0;
   RunRow first;  // the search run with this signature of the lowest sample index
+  int64_t rank = 0;  // its place in the shrink order (0: shrunk first)
 };
+
+// How much a failure costs the user's training, most first: a crash or a
+// non-finite value ends the run; an extreme step is a warning sign; a timeout
+// says least about the code.
+int harm(Outcome o) {
+  switch (o) {
+    case Outcome::kCrashed: return 0;
+    case Outcome::kNonFinite: return 1;
+    case Outcome::kExtreme: return 2;
+    case Outcome::kTimeout: return 3;
+    case Outcome::kHealthy: break;
+  }
+  return 4;
+}
 
 // A distinct minimal config without a repro yet.
 struct ToRecord {
@@ -55,7 +70,9 @@ struct Shrunk {
 // ---- 1. distinct failures ----
 
 // The search runs of this sweep (into *searched_out) grouped by fault
-// signature, the most frequent first (ties: the lowest first sample).
+// signature, in the order they are shrunk: the most harmful first (crashed,
+// non-finite, extreme, timeout), then the most frequent, then the lowest
+// first sample.
 std::vector<FailureGroup> distinct_failures(const FinishContext& c, std::vector<RunRow>* searched_out) {
   const SweepOptions& o = c.options;
   SweepStore& store = c.store;
@@ -73,8 +90,11 @@ std::vector<FailureGroup> distinct_failures(const FinishContext& c, std::vector<
   std::vector<FailureGroup> ordered;
   for (auto& [sig, g] : groups) ordered.push_back(g);
   std::sort(ordered.begin(), ordered.end(), [](const FailureGroup& a, const FailureGroup& b) {
+    const int ha = harm(a.first.summary.verdict.outcome), hb = harm(b.first.summary.verdict.outcome);
+    if (ha != hb) return ha < hb;
     return a.occurrences != b.occurrences ? a.occurrences > b.occurrences : a.first.sample < b.first.sample;
   });
+  for (size_t i = 0; i < ordered.size(); ++i) ordered[i].rank = int64_t(i);
   return ordered;
 }
 
@@ -204,7 +224,13 @@ std::string failure_text(const FinishContext& c, const FailureGroup& g, const Fa
   std::ostringstream out;
   if (const std::string note = environment_note(g.first.summary); !note.empty()) out << "   " << note << "\n";
   if (row.minimal_config_json.empty()) {
-    out << "   not shrunk (--max-shrinks " << c.options.max_shrinks << " or the time budget)\n";
+    if (g.rank >= c.options.max_shrinks) {
+      out << "   not shrunk: --max-shrinks " << c.options.max_shrinks << " shrinks the " << c.options.max_shrinks
+          << " most harmful (crashed, non-finite, extreme, timeout; the most frequent first), and this one is "
+          << g.rank + 1 << (g.rank == 0 ? "st" : g.rank == 1 ? "nd" : g.rank == 2 ? "rd" : "th") << "\n";
+    } else {
+      out << "   not shrunk: the time budget (--budget) ran out before its shrink\n";
+    }
     return out.str();
   }
   if (row.replay.rfind(one_failure_with(""), 0) == 0) {

@@ -144,6 +144,37 @@ TEST(SweepFinish, NearbyFailuresShrinkEachToItsOwnMinimalConfig) {
   EXPECT_NE(rows[0].minimal_config_json, rows[1].minimal_config_json);
 }
 
+TEST(SweepFinish, TheMostHarmfulFailureIsShrunkFirstAndTheRestSayWhyNot) {
+  // Two search runs extreme with one signature, one non-finite: under --max-shrinks 1 the non-finite
+  // one is shrunk though the extreme one is twice as frequent and came first.
+  testing::TempDir dir;
+  const SearchSpace s = planted_space();
+  SweepStore store(dir.file("sweep.db"), s.to_json().dump(), 0);
+  EvalCache cache(&store);
+  const SpacePoint extreme = far_point(s, [](const TrainingConfig& c) { return planted(c).verdict.outcome == Outcome::kExtreme; });
+  const SpacePoint nan = non_finite_start(s);
+  cache.add("search", 0, s.config(extreme), planted(s.config(extreme)));
+  cache.add("search", 1, s.config(extreme), planted(s.config(extreme)));
+  cache.add("search", 2, s.config(nan), planted(s.config(nan)));
+  SweepOptions o = two_run_sweep(s);
+  o.runs = 3;
+  o.max_shrinks = 1;
+  FunctionEvaluator evaluator(planted);
+  Budget budget;
+  std::ostringstream out;
+  finish_sweep(FinishContext{o, dir.path(), store, o.binary, evaluator, cache, budget, std::chrono::steady_clock::now(), 0}, out);
+  const std::string text = out.str();
+  const size_t first = text.find("\n1. non_finite:forward"), second = text.find("\n2. extreme");
+  ASSERT_NE(first, std::string::npos) << text;
+  ASSERT_NE(second, std::string::npos) << text;
+  EXPECT_TRUE(testing::has(text.substr(second), "not shrunk: --max-shrinks 1 shrinks the 1 most harmful (crashed, "
+                                                "non-finite, extreme, timeout; the most frequent first), and this one is 2nd"))
+      << text;
+  for (const FailureRow& f : store.failures()) {
+    EXPECT_EQ(f.minimal_config_json.empty(), f.signature.rfind("extreme", 0) == 0) << f.signature;
+  }
+}
+
 TEST(Driver, AcceptsOnlyTheSameFailureClass) {
   // From a non-finite start, candidates that are merely extreme (0.12 <= lr < 0.3) are refused.
   const SearchSpace s = planted_space();
