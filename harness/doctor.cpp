@@ -207,9 +207,24 @@ VitalSign overfit_one_batch(const ScenarioFactory& make, const Probe& probe, con
   int64_t steps = 0;
   bool converged = false, diverged = false;
   std::vector<double> losses;
+  int64_t zero_lr_steps = 0, zero_lr_from = -1;  // steps in a row the optimizers' learning rate was 0
   for (; steps < o.overfit_steps; ++steps) {
     last = trainer.step(steps, {batch}, nullptr).item<double>();
     losses.push_back(last);
+    double lr = 0;
+    for (const NamedOptimizer& opt : s->optimizers()) {
+      for (auto& group : opt.optimizer->param_groups()) lr = std::max(lr, group_lr(group));
+    }
+    if (lr > 0) zero_lr_steps = 0;
+    else if (zero_lr_steps++ == 0) zero_lr_from = steps;
+    if (zero_lr_steps >= 20 && last > o.overfit_loss) {
+      // The scenario steps a schedule of its own (a framework's scheduler in optimizer_step) that has ended:
+      // nothing moves past it, so memorizing cannot be judged.
+      return skipped("overfit_one_batch",
+                     "the learning rate the scenario's optimizers hold is 0 from step " + std::to_string(zero_lr_from) +
+                         " of one batch (loss " + fmt(losses.front()) + " -> " + fmt(last) +
+                         "): it steps a schedule of its own that has ended, so memorizing one batch is not judged");
+    }
     if (steps == 0) first = last;
     if (!std::isfinite(last)) {
       diverged = true;

@@ -194,6 +194,42 @@ VitalSign target_leak(Scenario& s, const Batch& b) {
   v.evidence = "targets equal the input at their position for " + percent(same) + " of positions, the next input for " +
                percent(next);
   if (same >= 0.9) {
+    // Does the loss reward copying? Outputs that copy the input at each position against outputs that
+    // predict the next input: a loss that shifts the labels itself (Hugging Face's causal LMs take
+    // labels = input_ids) is lowest for the second.
+    torch::Tensor out;
+    {
+      EvalMode eval(s.model());
+      torch::NoGradGuard no_grad;
+      KeepRng rng;
+      out = guarded("forward", [&] { return s.forward(x, Tap()); }).detach();
+    }
+    if (out.dim() == 3 && out.size(0) == x.size(0) && out.size(1) == x.size(1) && out.is_floating_point() &&
+        xl.max().item<int64_t>() < out.size(2)) {
+      torch::NoGradGuard no_grad;
+      const torch::Tensor ids = x.to(out.device()).to(torch::kInt64);
+      const torch::Tensor next_ids = torch::cat({ids.slice(1, 1), ids.slice(1, -1)}, 1);
+      auto sharp = [&](const torch::Tensor& t) {
+        return torch::nn::functional::one_hot(t, out.size(2)).to(out.scalar_type()) * 30 - 15;
+      };
+      const double copying = guarded("loss", [&] { return s.loss(sharp(ids), y); }).item<double>();
+      const double predicting = guarded("loss", [&] { return s.loss(sharp(next_ids), y); }).item<double>();
+      v.data["loss_of_copying"] = number(copying);
+      v.data["loss_of_predicting_next"] = number(predicting);
+      v.evidence += "; the loss of outputs that copy each input " + fmt(copying) + ", of outputs that predict the next " +
+                    "input " + fmt(predicting);
+      if (std::isfinite(predicting) && predicting < 1 && copying > predicting + 1) {
+        v.evidence += ": the loss shifts the labels itself";
+        return v;
+      }
+      if (std::isfinite(copying) && std::fabs(copying - predicting) <= 0.01 * (1 + std::fabs(copying))) {
+        // A framework's loss computed again from the inputs (Lightning's training_step, the Trainer's
+        // compute_loss) does not read the outputs it is handed.
+        v.evidence += ": the loss does not follow the outputs it is given, so whether it shifts the labels "
+                      "cannot be told from here";
+        return v;
+      }
+    }
     v.named = {"targets"};
     fail(v, kRankTargetLeak,
          "the targets are the inputs: " + percent(same) + " of the targets equal the input at their own position, so "

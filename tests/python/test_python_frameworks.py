@@ -298,3 +298,20 @@ def test_the_callback_and_the_scenario_take_the_umbrella_packages_lightning_pyto
                                "device": "cpu"})
     s = spikehunt.lightning.scenario("umbrella_probe", Umbrella)(config)
     assert s.module.lr == 0.2 and s.planned_steps() == 5
+
+
+def test_the_doctor_reads_a_healthy_hugging_face_model_without_a_false_alarm():
+    """labels = input_ids is the Trainer's convention (the model shifts them): the doctor's probe of the
+    loss cannot see a shift through compute_loss, which ignores the outputs it is handed, and says so
+    instead of calling the targets a leak; the Trainer's schedule ends at max_steps (lr 0), so the
+    one-batch memorizing check is not judged rather than failed."""
+    args = []
+    for s in HF + ["optimizer.lr=0.001"]:
+        args += ["--set", s]
+    rc, out, err = cli("doctor", *args, "--json", script=FRAMEWORKS)
+    report = __import__("json").loads(out)
+    assert rc == 0 and report["passed"], [s["name"] for s in report["signs"] if not s["passed"]]
+    signs = {s["name"]: s for s in report["signs"]}
+    assert "the loss does not follow the outputs it is given" in signs["target_leak"]["evidence"]
+    assert signs["overfit_one_batch"]["skipped"]
+    assert "it steps a schedule of its own that has ended" in signs["overfit_one_batch"]["evidence"]
