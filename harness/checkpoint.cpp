@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "base/hash.h"
 
 namespace spikehunt {
 
@@ -38,8 +39,27 @@ TensorBlob to_blob(const std::string& name, const torch::Tensor& t) {
 void write_checkpoint(const std::string& path, const std::vector<NamedTensor>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   std::vector<TensorBlob> blobs;
-  for (const NamedTensor& t : tensors) blobs.push_back(to_blob(t.name, t.tensor));
-  write_safetensors(path, blobs, metadata);
+  std::map<std::string, std::string> meta = metadata;
+  for (const NamedTensor& t : tensors) {
+    blobs.push_back(to_blob(t.name, t.tensor));
+    meta[kContentHashPrefix + t.name] = hash_bytes(blobs.back().bytes.data(), blobs.back().bytes.size()).hex();
+  }
+  write_safetensors(path, blobs, meta);
+}
+
+void check_content_hashes(const SafeTensors& f, const std::string& file) {
+  for (const TensorEntry& e : f.tensors) {
+    const auto recorded = f.metadata.find(kContentHashPrefix + e.name);
+    if (recorded == f.metadata.end()) continue;  // written before checkpoints carried hashes
+    const std::string_view d = f.data(e);
+    const std::string now = hash_bytes(d.data(), d.size()).hex();
+    if (now != recorded->second) {
+      throw InputError(file, e.name, "content hash " + now,
+                       "does not match the hash written with it (" + recorded->second +
+                           "): the checkpoint is damaged or was edited",
+                       "record the repro again (or restore the file); nothing was replayed");
+    }
+  }
 }
 
 std::vector<NamedTensor> checkpoint_tensors(const SafeTensors& f) {
@@ -59,7 +79,9 @@ std::vector<NamedTensor> checkpoint_tensors(const SafeTensors& f) {
 }
 
 std::vector<NamedTensor> read_checkpoint(const std::string& path) {
-  return checkpoint_tensors(read_safetensors(path));
+  const SafeTensors f = read_safetensors(path);
+  check_content_hashes(f, path);
+  return checkpoint_tensors(f);
 }
 
 }  // namespace spikehunt

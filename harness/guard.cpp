@@ -190,6 +190,19 @@ GuardRun guard_run_from_json(const json& e, const std::string& path, const std::
   }
   // A list cut short would compare only the steps it still has ("losses within tolerance").
   const int64_t steps = r.summary.verdict.steps_run;
+  // A loss that is not finite is skipped by the comparison (the verdicts compare past it): only the last step
+  // of a run that went non-finite may hold one, or a baseline of "nan" would pass any run.
+  for (size_t k = 0; k < r.losses.size(); ++k) {
+    if (std::isfinite(r.losses[k])) continue;
+    const bool fault_step = r.summary.verdict.outcome == Outcome::kNonFinite && int64_t(k) + 1 == steps;
+    if (!fault_step) {
+      throw InputError(path, field + ".losses[" + std::to_string(k) + "]", losses[k].dump(),
+                       "is not finite, but the run is " + std::string(to_string(r.summary.verdict.outcome)) +
+                           (r.summary.verdict.outcome == Outcome::kNonFinite ? " only at its last step" : "") +
+                           ": a recorded loss is a number",
+                       "the baseline was edited or damaged: record it again with spikehunt guard record");
+    }
+  }
   for (const auto& [name, size] : {std::pair<std::string, size_t>{"losses", r.losses.size()},
                                    std::pair<std::string, size_t>{"summary.step_hashes", r.summary.step_hashes.size()}}) {
     if (int64_t(size) != steps) {

@@ -334,6 +334,45 @@ TEST(Cli, ReplayingFromACheckpointAtStepZeroSaysSo) {
       << rep.output;
 }
 
+// A checkpoint whose bytes changed after it was written (a flipped bit, a tensor scaled or zeroed by
+// hand) is exit 2 naming the file and the tensor before anything replays; untouched, it reproduces.
+TEST(Cli, ADamagedCheckpointIsNamedBeforeAnyReplay) {
+  TempDir out;
+  const auto r = run_spikehunt("run --set model.kind=mlp --set health.loss_limit=1 "
+                               "--set max_batches_per_epoch=3 --set dataset.synthetic_train_per_class=20 --out " +
+                               out.path());
+  ASSERT_EQ(r.exit_code, 1) << r.output;
+  const std::string folder = out.file(entries(out.path()).front());
+  const std::string repro = folder + "/repro.json";
+  const std::string file = folder + "/" + nlohmann::json::parse(read_file(repro))["checkpoint"]["file"].get<std::string>();
+  const std::string bytes = read_file(file);
+  SafeTensors f = parse_safetensors(bytes, file);
+  const TensorEntry& w = f.tensors.front();
+  // One bit of the first tensor's first element flipped.
+  std::string flipped = bytes;
+  flipped[f.data_start + w.begin] ^= 0x01;
+  testing::write_bytes(file, flipped);
+  auto rep = run_spikehunt("replay " + repro + " --from-checkpoint");
+  EXPECT_EQ(rep.exit_code, 2) << rep.output;
+  EXPECT_TRUE(has(rep.output, file + ": " + w.name + " = content hash")) << rep.output;
+  EXPECT_TRUE(has(rep.output, "the checkpoint is damaged or was edited")) << rep.output;
+  EXPECT_FALSE(has(rep.output, "reproduced")) << rep.output;
+  // The whole tensor zeroed, written as a valid file with the old metadata.
+  std::vector<TensorBlob> blobs;
+  for (const TensorEntry& e : f.tensors) {
+    std::string data(f.data(e));
+    if (&e == &w) data.assign(data.size(), '\0');
+    blobs.push_back({e.name, e.dtype, e.shape, data});
+  }
+  write_safetensors(file, blobs, f.metadata);
+  rep = run_spikehunt("replay " + repro + " --from-checkpoint");
+  EXPECT_EQ(rep.exit_code, 2) << rep.output;
+  EXPECT_TRUE(has(rep.output, w.name)) << rep.output;
+  testing::write_bytes(file, bytes);
+  rep = run_spikehunt("replay " + repro + " --from-checkpoint");
+  EXPECT_EQ(rep.exit_code, 0) << rep.output;
+}
+
 TEST(Cli, AuditOfACorruptFileIsAClearErrorNotACrash) {
   TempDir dir;
   testing::write_bytes(dir.file("junk.safetensors"), "this is not a checkpoint at all");

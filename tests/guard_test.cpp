@@ -224,6 +224,14 @@ TEST(Guard, BadSuitesAndBaselinesAreExitTwoAndWriteNothing) {
   out = run_spikehunt("guard check --suite " + r.suite);
   EXPECT_EQ(out.exit_code, 2) << out.output;
   EXPECT_TRUE(has(out.output, "--baseline")) << out.output;
+
+  // Losses of "nan" in a healthy run's baseline would be skipped by the comparison and pass any run.
+  nlohmann::json b = nlohmann::json::parse(read_file(r.baseline));
+  for (auto& loss : b["configs"][0]["losses"]) loss = "nan";
+  testing::write_bytes(r.dir.file("nan.json"), b.dump());
+  out = run_spikehunt("guard check --suite " + r.dir.file("one.json") + " --baseline " + r.dir.file("nan.json"));
+  EXPECT_EQ(out.exit_code, 2) << out.output;
+  EXPECT_TRUE(has(out.output, "configs[0].losses[0] = \"nan\" is not finite, but the run is healthy")) << out.output;
 }
 
 }  // namespace
