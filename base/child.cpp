@@ -48,11 +48,33 @@ pid_t spawn(const ChildSpec& spec) {
   return pid;
 }
 
+// Whether a process is stopped (state T or t in /proc/PID/stat).
+bool process_stopped(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* paren = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  return paren != nullptr && paren[1] == ' ' && (paren[2] == 'T' || paren[2] == 't');
+}
+
+// A gap this long between the pool's looks at its children means the pool itself was stopped.
+constexpr double kPoolStoppedGap = 1.0;
+
 }  // namespace
 
 std::string ChildExit::describe() const {
   char buf[96];
-  if (timed_out) std::snprintf(buf, sizeof buf, "timeout after %.0f s", wall_seconds);
+  if (timed_out && stopped_seconds >= 1) {
+    std::snprintf(buf, sizeof buf, "timeout after %.0f s of running (%.0f s stopped not counted)",
+                  wall_seconds - stopped_seconds, stopped_seconds);
+  } else if (timed_out) {
+    std::snprintf(buf, sizeof buf, "timeout after %.0f s", wall_seconds);
+  }
   else if (signal != 0) std::snprintf(buf, sizeof buf, "signal %d (%s)", signal, strsignal(signal));
   else std::snprintf(buf, sizeof buf, "exit %d", exit_code);
   return buf;
@@ -193,6 +215,8 @@ void ChildPool::run_stream(const std::function<std::optional<std::pair<size_t, C
     size_t index = 0;
     ChildSpec spec;
     Clock::time_point start;
+    Clock::time_point looked;   // the pool's last look at it
+    double stopped = 0;         // seconds it (or the pool) was stopped
     bool killed = false;  // by us, for the timeout
     pid_t pid = 0;        // a process of its own ...
     std::optional<Worker> worker;  // ... or a job in this worker
@@ -217,6 +241,7 @@ void ChildPool::run_stream(const std::function<std::optional<std::pair<size_t, C
     r.spec = std::move(job);
     const ChildSpec& spec = r.spec;
     r.start = Clock::now();
+    r.looked = r.start;
     std::string line;
     if (!options_.persistent || spec.argv.empty() || !job_line(spec, &line)) {
       r.pid = spawn(spec);
@@ -281,15 +306,20 @@ void ChildPool::run_stream(const std::function<std::optional<std::pair<size_t, C
     bool ended = false;
     for (size_t i = 0; i < running.size();) {
       Running& r = running[i];
-      const double age = std::chrono::duration<double>(Clock::now() - r.start).count();
+      const Clock::time_point now = Clock::now();
+      const double age = std::chrono::duration<double>(now - r.start).count();
+      const double since = std::chrono::duration<double>(now - r.looked).count();
+      r.looked = now;
       const double timeout = r.spec.timeout_seconds;
       const pid_t pid = r.worker ? r.worker->pid : r.pid;
-      if (timeout > 0 && age > timeout && !r.killed) {
+      if (since >= kPoolStoppedGap || process_stopped(pid)) r.stopped += since;
+      if (timeout > 0 && age - r.stopped > timeout && !r.killed) {
         ::kill(pid, SIGKILL);
         r.killed = true;
       }
       ChildExit e;
       e.wall_seconds = age;
+      e.stopped_seconds = r.stopped;
       bool done = false, lost = false;
       if (r.worker) {
         char buf[64];

@@ -1,6 +1,7 @@
 // child.h — runs commands in child processes: posix_spawn (never fork: the
 // parent may already run LibTorch's thread pools), at most N at a time, each
-// with a wall-clock timeout. A child that dies on a signal or overstays its
+// with a timeout on the time it could run (wall time less the time it, or
+// the pool, was stopped). A child that dies on a signal or overstays its
 // timeout (then killed with SIGKILL) is reported as such, and the others go on.
 // A ChildPool runs them in persistent workers instead (`PROGRAM worker`, one
 // per slot, started once): same specs, same ChildExit, same isolation.
@@ -30,6 +31,9 @@ struct ChildExit {
   int signal = 0;      // when a signal killed it (SIGKILL after a timeout too)
   bool timed_out = false;
   double wall_seconds = 0;
+  // Of the wall time, what could not run: the child stopped (SIGSTOP, a Slurm suspend), or the pool
+  // itself stopped (a gap of a second or more between its looks). The timeout counts the rest.
+  double stopped_seconds = 0;
   std::string describe() const;  // "exit 0", "signal 11 (Segmentation fault)", "timeout after 30 s"
 };
 

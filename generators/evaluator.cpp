@@ -103,28 +103,45 @@ void ChildEvaluator::stream(const std::function<std::optional<StreamJob>(bool, b
           std::error_code ec;
           fs::remove(r.stem + ext, ec);
         }
-        if (!read && killed_from_outside(e)) {
+        if (!read && (killed_from_outside(e) || e.timed_out)) {
           if (!r.retry) {
-            ++retries_.retried;
-            ++retries_.by_cause[e.describe()];
+            if (e.timed_out) {
+              ++retries_.timeouts_retried;
+            } else {
+              ++retries_.retried;
+              ++retries_.by_cause[e.describe()];
+            }
             r.retry = true;
             again.emplace_back(id, std::move(r));
             return;
           }
-          ++retries_.repeated;
-          s.verdict.message += kKilledAgain;
+          if (e.timed_out) {
+            ++retries_.timeouts_repeated;
+            s.verdict.message += kTimedOutAgain;
+          } else {
+            ++retries_.repeated;
+            s.verdict.message += kKilledAgain;
+          }
         }
         on_result(id, s);
       });
 }
 
 std::string describe_retries(const Evaluator::Retries& r) {
-  if (r.retried == 0) return "";
-  std::string causes;
-  for (const auto& [cause, n] : r.by_cause) causes += (causes.empty() ? "" : ", ") + std::to_string(n) + "x " + cause;
-  return std::to_string(r.retried) + " burst(s) killed by a signal spikehunt did not send (" + causes +
-         ") ran once more in a fresh worker; " + std::to_string(r.repeated) +
-         " killed again: crashed (a crash that repeats on its config), the others have the verdict of their second run";
+  std::string out;
+  if (r.retried > 0) {
+    std::string causes;
+    for (const auto& [cause, n] : r.by_cause) causes += (causes.empty() ? "" : ", ") + std::to_string(n) + "x " + cause;
+    out = std::to_string(r.retried) + " burst(s) killed by a signal spikehunt did not send (" + causes +
+          ") ran once more in a fresh worker; " + std::to_string(r.repeated) +
+          " killed again: crashed (a crash that repeats on its config), the others have the verdict of their second run";
+  }
+  if (r.timeouts_retried > 0) {
+    out += (out.empty() ? "" : "\n") + std::to_string(r.timeouts_retried) +
+           " burst(s) past their --timeout ran once more in a fresh worker; " + std::to_string(r.timeouts_repeated) +
+           " past it again: timeout, the others have the verdict of their second run";
+  }
+  return out;
 }
 
 void Evaluator::stream(const std::function<std::optional<StreamJob>(bool, bool*)>& next,

@@ -47,9 +47,12 @@ class Evaluator {
   // fresh worker: `retried` of them, `repeated` of those killed again (each
   // then a crashed verdict), `by_cause` the first kill's describe()
   // ("signal 9 (Killed)") -> count. Kept over the evaluator's life.
+  // Bursts past their timeout run once more too (a machine busy for a while): `timeouts_retried`,
+  // `timeouts_repeated` of those past it again (each then a timeout verdict).
   struct Retries {
     int64_t retried = 0, repeated = 0;
     std::map<std::string, int64_t> by_cause;
+    int64_t timeouts_retried = 0, timeouts_repeated = 0;
   };
   virtual Retries retries() const { return {}; }
 };

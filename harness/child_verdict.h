@@ -18,6 +18,10 @@ Verdict lost_child_verdict(const ChildExit& e, const std::string& log_path);
 // training code's own segfault or abort. Such a burst is run once more in a
 // fresh worker before it is called crashed: an outside kill is not a finding.
 bool killed_from_outside(const ChildExit& e);
+// What a timeout verdict's message gets when the second run timed out too (a burst past its timeout
+// runs once more before it is a finding: the machine may have been busy).
+inline constexpr const char* kTimedOutAgain =
+    " (past its timeout again when run once more in a fresh worker: a timeout that repeats on this config)";
 // What a crashed verdict's message gets when the second run was killed too.
 inline constexpr const char* kKilledAgain =
     " (killed again when run once more in a fresh worker: a crash that repeats on this config)";

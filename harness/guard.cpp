@@ -283,11 +283,12 @@ std::vector<GuardRun> guard_runs(const GuardSuite& suite, const GuardOptions& op
     r.config = suite.cases[i].config;
     if (e.exit_code == 0 && e.signal == 0 && fs::exists(stem + ".result.json")) {
       r = guard_run_from_json(json::parse(read_file(stem + ".result.json")), stem + ".result.json", "result");
-    } else if (!second && killed_from_outside(e)) {
+    } else if (!second && (killed_from_outside(e) || e.timed_out)) {
       again.push_back(i);
     } else {
       r.summary.verdict = lost_child_verdict(e, stem + ".log");
       if (second && killed_from_outside(e)) r.summary.verdict.message += kKilledAgain;
+      if (second && e.timed_out) r.summary.verdict.message += kTimedOutAgain;
     }
   };
   pool.run(specs, std::max(options.jobs, 1), [&](size_t i, const ChildExit& e) { ended(i, e, false); });

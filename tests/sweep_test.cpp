@@ -183,6 +183,49 @@ TEST(SweepEndToEnd, AKilledSweepResumesWithoutLosingOrRepeatingARun) {
   sqlite3_close(h);
 }
 
+// A sweep suspended whole (Ctrl-Z, a Slurm suspend: SIGSTOP to its process group, workers included)
+// for longer than its --timeout makes no timeout: the clock counts only time a burst could run.
+TEST(SweepEndToEnd, ASuspendedSweepIsNotATimeout) {
+  TempDir dir;
+  const std::string space = write_space(dir, R"({
+    "base": {"dataset": {"synthetic_train_per_class": 40}, "batch_size": 32, "threads": 1},
+    "dimensions": {"optimizer.lr": {"log_range": [0.001, 0.02]}, "max_batches_per_epoch": {"range": [6, 10]}}})");
+  const std::string out = dir.file("sweep");
+  std::vector<std::string> args = {SPIKEHUNT_BINARY, "sweep", "--space", space, "--runs", "6", "-j", "2", "--timeout", "3s",
+                                   "--out", out, "--no-progress", "--max-shrinks", "0"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  const std::string log = dir.file("sweep.log");
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);  // a process group of its own, as a shell job has
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  int64_t before = 0;
+  for (int i = 0; i < 1200 && before < 1; ++i) {  // up to 60 s for the first run
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (fs::exists(out + "/sweep.db")) before = count_runs(out + "/sweep.db");
+  }
+  ASSERT_GE(before, 1);
+  ASSERT_EQ(::kill(-pid, SIGSTOP), 0);
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  ASSERT_EQ(::kill(-pid, SIGCONT), 0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(count_runs(out + "/sweep.db"), 6);
+  EXPECT_EQ(count_runs(out + "/sweep.db", "kind = 'search' AND outcome = 'timeout'"), 0)
+      << "5 s stopped with --timeout 3s: none of it counted";
+  EXPECT_FALSE(has(read_file(log), "past their --timeout")) << "not even a timeout run once more:\n" << read_file(log);
+}
+
 TEST(SweepEndToEnd, CrashingAndHangingChildrenBecomeVerdictsAndTheSweepGoesOn) {
   TempDir dir;
   const std::string space = write_space(dir, R"({

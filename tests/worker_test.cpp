@@ -49,6 +49,23 @@ std::vector<BurstSummary> evaluate(ChildEvaluator& e, const std::vector<Training
   return out;
 }
 
+// A child stopped for a while (Ctrl-Z, a Slurm suspend, SIGSTOP) is not past its timeout for the time
+// it could not run; one that runs past it still is.
+TEST(Workers, TimeStoppedIsNotCountedAgainstTheTimeout) {
+  ChildExit got;
+  const ChildSpec stopped{{"/bin/sh", "-c", "(sleep 2.5; kill -CONT $$) & kill -STOP $$; sleep 0.5"}, 2.0, ""};
+  run_children({stopped}, 1, [&](size_t, const ChildExit& e) { got = e; });
+  EXPECT_FALSE(got.timed_out) << got.describe();
+  EXPECT_EQ(got.exit_code, 0) << got.describe();
+  EXPECT_GE(got.wall_seconds, 2.9);
+  EXPECT_GE(got.stopped_seconds, 2.0);
+  EXPECT_LE(got.wall_seconds - got.stopped_seconds, 1.5);
+  const ChildSpec slow{{"/bin/sh", "-c", "sleep 3"}, 1.0, ""};
+  run_children({slow}, 1, [&](size_t, const ChildExit& e) { got = e; });
+  EXPECT_TRUE(got.timed_out) << got.describe();
+  EXPECT_EQ(got.describe(), "timeout after 1 s");
+}
+
 TEST(Workers, AThrownValueOfAnyTypeIsACrashOfItsStageNotOfTheWorker) {
   // `throw 42;` or `throw "text";` in a user's scenario: not a std::exception,
   // still the training code's error (it used to end the process in std::terminate).
@@ -85,13 +102,17 @@ TEST(Workers, ACrashAbortExitOrHangKillsOnlyItsWorkerAndAFreshOneRunsTheNext) {
   const PoolStats& p = workers.pool_stats();
   // A burst killed by a signal runs once more in a fresh worker (an outside
   // kill is not a finding): the segfault and the abort twice, and killed
-  // again, crashed. The hang (the pool's own kill) and the exit run once.
-  EXPECT_EQ(p.jobs, 9);
+  // again, crashed. The hang runs twice too (past its timeout: a busy machine
+  // is not a finding), and past it again, a timeout. The exit runs once.
+  EXPECT_EQ(p.jobs, 10);
   EXPECT_EQ(p.processes, 0);
-  EXPECT_EQ(p.lost, 6) << "segfault and abort twice each, hang, exit";
-  EXPECT_EQ(p.workers_started, 7) << "the first, and one after each lost worker";
+  EXPECT_EQ(p.lost, 7) << "segfault, abort and hang twice each, exit";
+  EXPECT_EQ(p.workers_started, 8) << "the first, and one after each lost worker";
   EXPECT_EQ(workers.retries().retried, 2);
   EXPECT_EQ(workers.retries().repeated, 2);
+  EXPECT_EQ(workers.retries().timeouts_retried, 1);
+  EXPECT_EQ(workers.retries().timeouts_repeated, 1);
+  EXPECT_TRUE(has(s[4].verdict.message, "past its timeout again when run once more")) << s[4].verdict.message;
   EXPECT_EQ(workers.retries().by_cause.size(), 2u) << "signal 11 and signal 6";
 
   // The same verdicts from a process a burst (the old path).
