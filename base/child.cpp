@@ -14,6 +14,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -378,6 +379,7 @@ void ChildPool::run_stream(const std::function<std::optional<std::pair<size_t, C
 
 int serve_worker(const std::function<int(const std::vector<std::string>&)>& run_job) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // die with the pool that started us
+  const std::filesystem::path start_directory = std::filesystem::current_path();
   std::string buffered;
   char buf[4096];
   for (;;) {
@@ -408,6 +410,10 @@ int serve_worker(const std::function<int(const std::vector<std::string>&)>& run_
       ::close(fd);
     }
     const int rc = run_job(fields);
+    // The job's training code may have changed the working directory (os.chdir, Hydra): the next job
+    // starts where a fresh process would.
+    std::error_code ec;
+    std::filesystem::current_path(start_directory, ec);
     std::cout.flush();
     std::cerr.flush();
     std::fflush(nullptr);

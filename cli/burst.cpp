@@ -3,6 +3,7 @@
 #include <sys/prctl.h>
 
 #include <csignal>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -27,8 +28,13 @@ struct BurstArgs {
   int64_t heldout = 0;
 };
 
-int burst_verb(const BurstArgs& a) {
+int burst_verb(const BurstArgs& given) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // die with the sweep that spawned us
+  // Every path absolute before the training code runs: it may change the working directory.
+  BurstArgs a = given;
+  for (std::string* p : {&a.config, &a.result, &a.repro}) {
+    if (!p->empty()) *p = std::filesystem::absolute(*p).string();
+  }
   const TrainingConfig config = load_config(a.config);
   if (!a.guard.empty()) {  // a guard case: the whole GuardRun (every loss too)
     write_file_atomic(a.result, guard_run_to_json(guard_run({a.guard, config})).dump() + "\n");

@@ -1,6 +1,7 @@
 // replay.cpp — `spikehunt replay`: reruns a repro file and checks every
 // recorded hash, the failure step, stage and tensor.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -31,7 +32,8 @@ int replay_verb(const ReplayArgs& a) {
   ReplayOptions options;
   options.from_checkpoint = a.from_checkpoint;
   options.threads = a.threads_given ? a.threads : 0;
-  const ReplayReport r = replay(repro, a.file, options);
+  // The checkpoint beside it is found from an absolute path: the training code may change directory.
+  const ReplayReport r = replay(repro, std::filesystem::absolute(a.file).string(), options);
   for (const std::string& w : r.warnings) std::cout << "warning: " << w << "\n";
   const char* from = !a.from_checkpoint ? ""
                      : r.start_step == 0 ? " (its checkpoint: the onset is the first step, so it holds the initial state)"

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -123,6 +124,9 @@ int run_verb(const RunArgs& a) {
   }
   configure_runtime(config);
   const Environment env = environment(to_string(config.device), config.threads);
+  // The results root absolute before the training code runs (it may change the working directory);
+  // paths are printed as given, from where the command was run.
+  const std::string root = std::filesystem::absolute(a.out).string();
   std::unique_ptr<Scenario> scenario;
   std::optional<TrainingError> setup_error;
   try {
@@ -139,7 +143,10 @@ int run_verb(const RunArgs& a) {
                  static_cast<long long>(planned_optimizer_steps(*scenario)));
   }
 
-  RunDirectory dir(a.out, config);
+  RunDirectory dir(root, config);
+  const auto shown = [&](const std::string& committed) {
+    return (std::filesystem::path(a.out) / std::filesystem::path(committed).filename()).string();
+  };
   save_config(config, dir.file("config.json"));
   if (setup_error) {
     Verdict v;
@@ -150,7 +157,7 @@ int run_verb(const RunArgs& a) {
     verdict["config_name"] = config.name;
     verdict["environment"] = to_json(env);
     write_file_atomic(dir.file("verdict.json"), verdict.dump(2) + "\n");
-    std::cout << "\nwrote " << dir.commit() << "/ (config.json, verdict.json)\n";
+    std::cout << "\nwrote " << shown(dir.commit()) << "/ (config.json, verdict.json)\n";
     return kExitFinding;
   }
   TraceWriter trace_writer(dir.file("trace.jsonl"));
@@ -213,7 +220,7 @@ int run_verb(const RunArgs& a) {
   }
   write_file_atomic(dir.file("repro.json"), repro_to_json(repro));
   files.push_back("repro.json");
-  const std::string path = dir.commit();
+  const std::string path = shown(dir.commit());
   std::cout << "\nwrote " << path << "/ (";
   for (size_t i = 0; i < files.size(); ++i) std::cout << (i ? ", " : "") << files[i];
   std::cout << ")\nreplay it: " << program_name() << " replay " << path << "/repro.json"

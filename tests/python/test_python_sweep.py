@@ -95,3 +95,30 @@ def test_shrink_takes_a_failing_run_to_a_minimal_repro_that_replays(tmp_path):
     assert minimal["scenario"] == "tiny" and minimal["optimizer"]["lr"] <= 10
     rc, text, err = spikehunt("replay", str(tmp_path / "shrink" / "minimal.repro.json"))
     assert rc == 0 and "reproduced" in text, text + err
+
+
+def test_training_code_that_changes_directory_moves_nothing_spikehunt_writes(tmp_path):
+    """The scenario chdirs into a folder of its own in __init__ (Hydra-style): run still writes under
+    --out as given (relative, from where it was run), prints a path that exists from there, and its
+    repro replays; a sweep's bursts (in persistent workers, several per worker) are not crashed by it."""
+    import json
+    import shutil
+    rel = os.path.join("build", "chdir-test-%d" % os.getpid())  # relative to the repository root, the cwd
+    try:
+        rc, stdout, err = spikehunt("run", "--config", CONFIG, "--set", 'params.bug="chdir"', "--set",
+                                    "optimizer.lr=8", "--out", os.path.join(rel, "runs"))
+        assert rc == 1, stdout + err
+        wrote = [l for l in stdout.splitlines() if l.startswith("wrote ")][0].split()[1].rstrip("/")
+        assert wrote.startswith(rel) and os.path.isfile(os.path.join(SOURCE, wrote, "repro.json")), stdout
+        rc, replayed, err = spikehunt("replay", os.path.join(wrote, "repro.json"), "--from-checkpoint")
+        assert rc == 0 and "reproduced" in replayed and "not reproduced" not in replayed, replayed + err
+        space = json.load(open(os.path.join(SOURCE, SPACE)))
+        space["base"]["params"] = {"bug": "chdir"}
+        (tmp_path / "space.json").write_text(json.dumps(space))
+        rc, stdout, err = spikehunt("sweep", "--space", str(tmp_path / "space.json"), "--runs", "6", "-j", "2",
+                                    "--max-shrinks", "0", "--no-progress", "--out", os.path.join(rel, "sweep"))
+        summary = [l for l in stdout.splitlines() if l.startswith("6 runs, ")]
+        assert summary and "crashed" not in summary[0], stdout + err
+        assert "crashed:" not in stdout, stdout + err
+    finally:
+        shutil.rmtree(os.path.join(SOURCE, rel), ignore_errors=True)

@@ -58,6 +58,9 @@ class Tiny(spikehunt.Scenario):
         # Python's random and NumPy's, seeded from the config by spikehunt: runs are bit-identical only if they are.
         self.jitter = random.random() + numpy.random.rand()
         self.done = 0
+        if self.bug == "chdir":  # as a Hydra-style script does: the working directory is the run's own
+            import tempfile
+            os.chdir(tempfile.mkdtemp(prefix="tiny-chdir-"))
 
     def model(self):
         return self.net
@@ -135,7 +138,7 @@ class NumpyAndAttributes(Tiny):
 
 spikehunt.register("tiny", Tiny, params=[
     spikehunt.string("bug", "none", ["none", "raise_in_loss", "forward_returns_list", "broadcast_loss",
-                                "loss_per_sample", "no_optimizers"], "a planted bug"),
+                                "loss_per_sample", "no_optimizers", "chdir"], "a planted bug"),
     spikehunt.integer("width", 16, 1, 1024, "hidden units"),
 ])
 if os.environ.get("TINY_BROKEN"):
