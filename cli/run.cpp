@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -113,6 +115,35 @@ void print_header(const TrainingConfig& c, const std::string& source, Scenario* 
   std::cout << "  seed     " << c.seed << "\n\n" << std::flush;
 }
 
+// Ctrl-C while alive sets flag() (the burst ends at the next step); a second
+// Ctrl-C goes to the handler there was before, at once.
+class CatchInterrupt {
+ public:
+  CatchInterrupt() {
+    flag_.store(false);
+    struct sigaction sa {};
+    sa.sa_handler = [](int) {
+      if (flag_.exchange(true)) {
+        ::sigaction(SIGINT, &previous_, nullptr);
+        ::raise(SIGINT);
+      }
+    };
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &previous_);
+  }
+  ~CatchInterrupt() { ::sigaction(SIGINT, &previous_, nullptr); }
+  CatchInterrupt(const CatchInterrupt&) = delete;
+  CatchInterrupt& operator=(const CatchInterrupt&) = delete;
+  const std::atomic<bool>& flag() const { return flag_; }
+
+ private:
+  static inline std::atomic<bool> flag_{false};
+  static inline struct sigaction previous_ {};
+};
+
+// The exit code of a run ended by Ctrl-C, as a shell reports one killed by SIGINT.
+constexpr int kExitInterrupted = 130;
+
 int run_verb(const RunArgs& a) {
   const std::vector<std::string> sets = with_rules(a.rules, a.sets);
   const std::string source = config_source(a.config, sets);
@@ -179,10 +210,29 @@ int run_verb(const RunArgs& a) {
                    static_cast<long long>(planned_optimizer_steps(*scenario)), fmt(r.loss).c_str(), to_string(r.health));
     }
   };
-  BurstResult result = run_burst(*scenario, config.health, options);
+  BurstResult result;
+  {
+    CatchInterrupt interrupt;  // Ctrl-C ends the run at the next step, its results kept
+    options.stop = &interrupt.flag();
+    result = run_burst(*scenario, config.health, options);
+  }
   if (tty) std::fprintf(stderr, "\r%60s\r", "");
   trace_writer.close();
   const Verdict& v = result.verdict;
+  if (result.interrupted) {
+    // What ran is kept and named; no repro (a replay runs the whole protocol, which this run did not).
+    std::cout << story_table(result.trace, v) << "\ninterrupted (Ctrl-C) after " << v.steps_run << " of "
+              << planned_optimizer_steps(*scenario) << " steps: the verdict so far is " << to_string(v.outcome) << "\n";
+    nlohmann::json verdict = to_json(v);
+    verdict["interrupted"] = true;
+    verdict["config_hash"] = config_hash(config).hex();
+    verdict["config_name"] = config.name;
+    verdict["environment"] = to_json(env);
+    write_file_atomic(dir.file("verdict.json"), verdict.dump(2) + "\n");
+    std::cout << "\nwrote " << shown(dir.commit()) << "/ (config.json, trace.jsonl up to step " << v.steps_run
+              << ", verdict.json with \"interrupted\": true)\n";
+    return kExitInterrupted;
+  }
 
   std::cout << story_table(result.trace, v) << "\n" << verdict_text(v, result.trace);
   if (!v.warnings.empty()) {  // each once, however many steps raised it (LibTorch prints every one)

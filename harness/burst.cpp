@@ -156,6 +156,10 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
   int64_t step = options.start_step;
   try {
     while (options.max_steps < 0 || v.steps_run < options.max_steps) {
+      if (options.stop && options.stop->load()) {
+        result.interrupted = true;
+        break;
+      }
       std::vector<Batch> batches = trainer->next_batches();
       if (batches.empty()) break;
       if (options.ranks) batches = shard(std::move(batches), *options.ranks);

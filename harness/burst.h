@@ -9,6 +9,7 @@
 //   if (r.verdict.outcome == Outcome::kNonFinite) std::cout << r.verdict.fault->describe();
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <vector>
@@ -48,6 +49,9 @@ struct BurstOptions {
   // trains its own, the gradients are averaged over the ranks after backward,
   // and the monitor records the global step (Monitor::set_ranks).
   Ranks* ranks = nullptr;
+  // Read between steps: true ends the burst where it is (`run`'s Ctrl-C), with
+  // BurstResult::interrupted set; its verdict is what the steps run showed.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // A burst's state at one step (see state.h), kept on the training device.
@@ -63,6 +67,7 @@ struct BurstResult {
   std::vector<StepHashes> step_hashes;        // every step run, in order
   std::optional<StateSnapshot> last_healthy;  // entering the onset step
   std::optional<StateSnapshot> first_bad;     // after the failure step (or the onset step)
+  bool interrupted = false;                   // BurstOptions::stop ended it before the protocol did
 };
 
 BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstOptions& options);

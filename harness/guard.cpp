@@ -18,6 +18,7 @@
 #include "base/junit.h"
 #include "base/number_format.h"
 #include "base/out_lock.h"
+#include "base/program.h"
 #include "harness/burst.h"
 #include "harness/child_verdict.h"
 #include "scenarios/catalog.h"
@@ -421,8 +422,8 @@ int guard_record(const std::string& suite_path, const std::string& out, const st
         << "…\n";
   }
   write_guard_baseline(out, runs);
-  log << "wrote " << out << " (commit it; check with: spikehunt guard check --suite " << suite_path << " --baseline "
-      << out << ")\n";
+  log << "wrote " << out << " (commit it; check with: " << program_name() << " guard check --suite " << suite_path
+      << " --baseline " << out << ")\n";
   return kExitOk;
 }
 

@@ -2,14 +2,19 @@
 // user running nightly sweeps was seen to hit, each an exit 2 naming the
 // file or flag, the field and the value, and none a hang; one writer per
 // output; work trained ahead kept over a kill; a full disk said with its path.
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <map>
 
 #include <gtest/gtest.h>
@@ -29,6 +34,8 @@
 #include "harness/warnings.h"
 
 #include "test_util.h"
+
+extern char** environ;
 
 namespace spikehunt {
 namespace {
@@ -89,6 +96,48 @@ TEST(Reliability, NoOutputDestroysAnInputOrAFileSpikehuntDidNotWrite) {
   unchanged(other, config_bytes);
   expect_bad_input(run_spikehunt("guard record --suite " + suite + " --out " + other), {"not a guard baseline"});
   unchanged(other, config_bytes);
+}
+
+// Ctrl-C during `run` ends it at the next step: exit 130, the folder committed (no .partial left) with
+// the trace of the steps run and a verdict that says it was interrupted.
+TEST(Reliability, CtrlCDuringRunKeepsWhatRanAndSaysSo) {
+  TempDir dir;
+  // A healthy run of 4,040 steps: far from its end when the Ctrl-C comes.
+  std::vector<std::string> args = {SPIKEHUNT_BINARY, "run", "--config", testing::source_path("configs/healthy.json"),
+                                   "--set", "protocol.epochs_per_phase=50", "--out", dir.file("runs")};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  const std::string log = dir.file("run.log");
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  bool training = false;  // the header is printed (and flushed) just before the first step
+  for (int i = 0; i < 1200 && !training; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    training = has(read_file(log), "  seed ");
+  }
+  ASSERT_TRUE(training) << read_file(log);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // some steps in
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  std::vector<std::filesystem::path> folders;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("runs"))) folders.push_back(e.path());
+  ASSERT_EQ(folders.size(), 1u);
+  EXPECT_EQ(folders[0].extension(), "") << "committed, not left .partial: " << folders[0];
+  const nlohmann::json verdict = nlohmann::json::parse(read_file((folders[0] / "verdict.json").string()));
+  EXPECT_TRUE(verdict.value("interrupted", false));
+  const int64_t steps = verdict["steps_run"].get<int64_t>();
+  EXPECT_GE(steps, 3);
+  const std::string out = read_file(log);
+  EXPECT_TRUE(has(out, "interrupted (Ctrl-C) after " + std::to_string(steps) + " of ")) << out;
+  EXPECT_TRUE(has(out, "trace.jsonl up to step " + std::to_string(steps))) << out;
 }
 
 TEST(Reliability, ANumberBeyondADoubleNamesTheFileTheFieldAndTheNumber) {
