@@ -53,6 +53,16 @@ std::vector<std::string> command_of(const std::string& program) {
   return {program};
 }
 
+namespace {
+std::string& loaded() {
+  static std::string id;
+  return id;
+}
+}  // namespace
+
+void set_loaded_build(std::string id) { loaded() = std::move(id); }
+const std::string& loaded_build() { return loaded(); }
+
 std::vector<std::string> build_files_of(const std::string& program) {
   std::vector<std::string> files = {program};
   if (program == self_executable()) files.insert(files.end(), self().build_files.begin(), self().build_files.end());

@@ -33,5 +33,10 @@ std::vector<std::string> command_of(const std::string& program);
 // The files build_id hashes for `program`: the executable, and for this
 // program the build files set_self_command named.
 std::vector<std::string> build_files_of(const std::string& program);
+// The build id (store.h's build_id) of the code this process loaded, when it
+// was taken at start-up (a persistent worker's: the files may change on disk
+// while it runs); "" when none was.
+void set_loaded_build(std::string id);
+const std::string& loaded_build();
 
 }  // namespace spikehunt

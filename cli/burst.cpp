@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 #include <string>
 
@@ -12,6 +13,9 @@
 
 #include "base/files.h"
 #include "cli/verbs.h"
+#include "harness/child_verdict.h"
+#include "generators/store.h"
+#include "base/program.h"
 #include "harness/burst.h"
 #include "harness/env.h"
 #include "harness/guard.h"
@@ -23,7 +27,7 @@ namespace spikehunt {
 namespace {
 
 struct BurstArgs {
-  std::string config, result, repro, guard;
+  std::string config, result, repro, guard, build;
   bool hashes = false;
   int64_t heldout = 0;
 };
@@ -34,6 +38,14 @@ int burst_verb(const BurstArgs& given) {
   BurstArgs a = given;
   for (std::string* p : {&a.config, &a.result, &a.repro}) {
     if (!p->empty()) *p = std::filesystem::absolute(*p).string();
+  }
+  if (!a.build.empty()) {  // the sweep's code: a worker that loaded other code refuses (no verdict of it)
+    const std::string mine = loaded_build().empty() ? build_id(self_executable()) : loaded_build();
+    if (mine != a.build) {
+      std::cerr << "error: this worker runs build " << mine << ", the sweep's is " << a.build
+                << ": the program or the files it is built from changed since the sweep started\n";
+      return kExitOtherBuild;
+    }
   }
   const TrainingConfig config = load_config(a.config);
   if (!a.guard.empty()) {  // a guard case: the whole GuardRun (every loss too)
@@ -68,6 +80,7 @@ void add_burst_verb(Cli& cli) {
   burst->add_option("--result", burst_args->result, "Where to write the burst's summary JSON")->required();
   burst->add_option("--repro", burst_args->repro, "Also record a repro file here (with its checkpoint and trace)");
   burst->add_flag("--hashes", burst_args->hashes, "Put every step's hashes in the summary");
+  burst->add_option("--build", burst_args->build, "Refuse (exit 4) unless this process runs this build id");
   burst->add_option("--heldout", burst_args->heldout,
                     "Also measure the held-out loss before and after on this many samples, and the largest logits");
   burst->add_option("--guard", burst_args->guard, "Run it as the guard case of this name: write its GuardRun (every loss)");

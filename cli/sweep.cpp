@@ -20,7 +20,7 @@ struct SweepArgs : FinishArgs {
   std::string space, rules, out = "results/sweep", shard;
   int64_t runs = 24;
   uint64_t seed = 0;
-  bool shrink_in_shard = false;
+  bool shrink_in_shard = false, allow_code_change = false;
 };
 
 }  // namespace
@@ -57,6 +57,7 @@ void add_sweep_verb(Cli& cli) {
           throw flag_error("sweep", "--shrink-in-shard", "", "needs --shard I/N (or a Slurm array task)");
         }
         o.shard_shrinks = s->shrink_in_shard;
+        o.allow_code_change = s->allow_code_change;
         if (!o.junit_path.empty() && o.shard_count > 1 && !o.shard_shrinks) {
           throw flag_error("sweep", "--junit", o.junit_path, "applies where failures are shrunk: a shard only searches",
                            "give --junit to merge, or add --shrink-in-shard");
@@ -75,6 +76,8 @@ void add_sweep_verb(Cli& cli) {
                     "I/N: search only samples i with i mod N = I, into OUT/shard-I-of-N (default in a Slurm array task: "
                     "(SLURM_ARRAY_TASK_ID - MIN) / STEP of SLURM_ARRAY_TASK_COUNT); then `merge`");
   sweep->add_flag("--shrink-in-shard", s->shrink_in_shard, "A shard shrinks, records and replays its own failures too");
+  sweep->add_flag("--allow-code-change", s->allow_code_change,
+                  "Resume a sweep whose code changed since it started (said in the summary and the report)");
 }
 
 }  // namespace spikehunt

@@ -6,13 +6,17 @@
 #include <torch/torch.h>
 
 #include "base/child.h"
+#include "base/program.h"
 #include "cli/verbs.h"
+#include "generators/store.h"
 
 namespace spikehunt {
 
 namespace {
 
 int worker_verb() {
+  // The code this worker runs is what it loaded now: a burst that expects another build refuses.
+  set_loaded_build(build_id(self_executable()));
   return serve_worker([](const std::vector<std::string>& args) {
     // What a fresh process starts with: the default generators' seed (a
     // scenario that never seeds draws what it would in a process of its own).

@@ -82,6 +82,7 @@ void ChildEvaluator::stream(const std::function<std::optional<StreamJob>(bool, b
         save_config(job->second, stem + ".config.json");
         std::vector<std::string> argv = {binary_, "burst", "--config", stem + ".config.json", "--result", stem + ".result.json"};
         argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
+        if (!expected_build_.empty()) argv.insert(argv.end(), {"--build", expected_build_});
         running[job->first] = Running{stem, std::move(job->second), retry};
         return std::make_pair(job->first, ChildSpec{std::move(argv), timeout_, stem + ".log"});
       },
@@ -89,6 +90,13 @@ void ChildEvaluator::stream(const std::function<std::optional<StreamJob>(bool, b
       [&](size_t id, const ChildExit& e) {
         Running r = std::move(running.at(id));
         running.erase(id);
+        if (e.exit_code == kExitOtherBuild && e.signal == 0) {
+          std::string why = tail_of(r.stem + ".log", 400);
+          while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+          throw InputError(binary_, "build", expected_build_,
+                           "changed during the sweep: a worker started from it now runs other code (" + why + ")",
+                           "finish the sweep with the code it started with, or start it again in a fresh --out");
+        }
         BurstSummary s;
         bool read = false;
         if (e.exit_code == 0 && e.signal == 0) {

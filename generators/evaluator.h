@@ -78,12 +78,16 @@ class ChildEvaluator : public Evaluator {
               const std::function<void(size_t, const BurstSummary&)>& on_result) override;
   // More arguments for every child's `burst` command (e.g. {"--heldout", "256"}).
   void set_extra_args(std::vector<std::string> args) { extra_args_ = std::move(args); }
+  // Every burst is to run this build (build_id): a worker that loaded other code refuses, and the
+  // evaluation throws an InputError (the code changed during the sweep) instead of a verdict.
+  void expect_build(std::string id) { expected_build_ = std::move(id); }
   const PoolStats& pool_stats() const { return pool_.stats(); }
   Retries retries() const override { return retries_; }
 
  private:
   std::string binary_, work_dir_;
   std::vector<std::string> extra_args_;
+  std::string expected_build_;
   int jobs_;
   double timeout_;
   int64_t counter_ = 0;

@@ -296,6 +296,10 @@ int64_t print_summary(const FinishContext& c, const std::vector<RunRow>& searche
       << store.count("search") << " search, " << store.count("shrink") << " shrink; "
       << duration_text(std::chrono::duration<double>(Clock::now() - start).count()) << "\n";
   if (const std::string retried = describe_retries(c.children.retries()); !retried.empty()) out << retried << "\n";
+  if (const auto changed = store.meta("code_changed")) {
+    out << "the code changed during this sweep (--allow-code-change): builds " << *changed
+        << "; its runs trained more than one version of the code\n";
+  }
   out << "\n";
   char line[160];
   size_t field_width = 6;

@@ -344,6 +344,10 @@ ReportFacts write_sweep_report(const std::string& dir, const std::string& out_pa
   const auto [lo, hi] = wilson_interval(rates.all.failed, rates.all.runs);
   h << "<h1>spikehunt sweep</h1>\n<p class=\"meta\">" << escape(dir) << " · seed " << store->seed() << " · spikehunt "
     << kVersion << " · report written " << when << "</p>\n";
+  if (const auto changed = store->meta("code_changed")) {
+    h << "<p class=\"bad\">The code changed during this sweep (--allow-code-change): builds " << escape(*changed)
+      << ". Its runs trained more than one version of the code.</p>\n";
+  }
   h << "<p class=\"big\"><b>" << rates.all.runs << "</b> runs, <b class=\"" << (rates.all.failed ? "bad" : "ok") << "\">"
     << rates.all.failed << " failed</b>: " << percent(rates.all.runs ? double(rates.all.failed) / double(rates.all.runs) : 0)
     << " (95% Wilson interval " << percent(lo) << " to " << percent(hi) << ")";

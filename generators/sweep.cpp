@@ -67,9 +67,23 @@ int run_sweep(const SweepOptions& o, std::ostream& out) {
     }
     store.set_meta("shard", shard_text(o.shard_index, o.shard_count));
   }
+  if (const auto recorded = store.meta("build"); recorded && *recorded != build && !sharded) {
+    if (!o.allow_code_change) {
+      throw InputError(store.path(), "build", *recorded,
+                       "is the code this sweep started with, and this program is build " + build +
+                           ": resuming would mix two versions of the code in one sweep",
+                       "finish it with the code it started with, start a fresh --out, or pass --allow-code-change "
+                       "(then said in the summary and the report)");
+    }
+    const std::string before = store.meta("code_changed").value_or("");
+    store.set_meta("code_changed", (before.empty() ? *recorded : before) + " -> " + build);
+    out << "resuming over changed code (--allow-code-change): the runs so far trained build " << *recorded
+        << ", the rest train " << build << "\n";
+  }
   if (!store.meta("build")) store.set_meta("build", build);
   store.set_meta("runs", std::to_string(o.runs));
   ChildEvaluator children(binary, o.jobs, o.timeout_seconds, dir + "/work", o.pool);
+  children.expect_build(build);  // a worker whose code changed since the start refuses
   EvalCache cache(&store);
   int64_t mine = 0;  // the samples this process searches
   for (int64_t i = 0; i < o.runs; ++i) mine += i % o.shard_count == o.shard_index;

@@ -50,6 +50,9 @@ struct SweepOptions {
   // failures too.
   int64_t shard_index = 0, shard_count = 1;
   bool shard_shrinks = false;
+  // A resume whose code (build_id) is not the one the sweep started with goes on, said in the summary
+  // and the report, instead of being refused.
+  bool allow_code_change = false;
 };
 
 // "OUT/shard-1-of-3": where shard I of N keeps its database.

@@ -18,6 +18,10 @@ Verdict lost_child_verdict(const ChildExit& e, const std::string& log_path);
 // training code's own segfault or abort. Such a burst is run once more in a
 // fresh worker before it is called crashed: an outside kill is not a finding.
 bool killed_from_outside(const ChildExit& e);
+// The exit code of a burst that refused to run: its process runs another build
+// than the sweep that sent it (the code changed during the sweep).
+inline constexpr int kExitOtherBuild = 4;
+
 // What a timeout verdict's message gets when the second run timed out too (a burst past its timeout
 // runs once more before it is a finding: the machine may have been busy).
 inline constexpr const char* kTimedOutAgain =

@@ -56,6 +56,12 @@ ReplayReport replay(const Repro& repro, const std::string& repro_path, const Rep
   }
   const Environment now = environment(to_string(config.device), config.threads);
   for (std::string& w : environment_warnings(repro.environment, now, "repro")) report.warnings.push_back(std::move(w));
+  // The scenario's name is looked up again: another class registered under it trains other code.
+  const std::string cls = scenario_class(config.scenario);
+  if (!repro.scenario_class.empty() && !cls.empty() && cls != repro.scenario_class) {
+    report.warnings.push_back("scenario \"" + config.scenario + "\" was class " + repro.scenario_class +
+                              " when recorded and is class " + cls + " now: this replays another class's code");
+  }
   configure_runtime(config);
   std::unique_ptr<Scenario> scenario = make_scenario(config);
   BurstOptions options_burst;

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/child.h"
+#include "base/error.h"
 #include "base/files.h"
 #include "faulty_scenario.h"
 #include "generators/shrinker.h"
@@ -64,6 +65,21 @@ TEST(Workers, TimeStoppedIsNotCountedAgainstTheTimeout) {
   run_children({slow}, 1, [&](size_t, const ChildExit& e) { got = e; });
   EXPECT_TRUE(got.timed_out) << got.describe();
   EXPECT_EQ(got.describe(), "timeout after 1 s");
+}
+
+// A worker whose loaded code is another build than the sweep's refuses its bursts, and the evaluation
+// stops with an error naming the build rather than a verdict of the other code.
+TEST(Workers, ABurstForAnotherBuildIsRefusedAndStopsTheEvaluation) {
+  TempDir dir;
+  ChildEvaluator workers(SPIKEHUNT_FAULTY, 1, 60, dir.file("work"));
+  workers.expect_build("spikehunt 0.0.0 | an older build");
+  try {
+    evaluate(workers, {faulty("none")});
+    ADD_FAILURE() << "a burst for another build ran";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(has(e.what(), "build = spikehunt 0.0.0 | an older build changed during the sweep")) << e.what();
+    EXPECT_TRUE(has(e.what(), "the program or the files it is built from changed")) << e.what();
+  }
 }
 
 TEST(Workers, AThrownValueOfAnyTypeIsACrashOfItsStageNotOfTheWorker) {

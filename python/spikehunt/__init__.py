@@ -261,13 +261,22 @@ def values(name, default, doc=""):
 _problems = []
 
 
+_registered = {}  # name -> the class register() gave it
+
+
 def register(name, cls, params=()):
     """Registers a Scenario subclass under `name`: configs with "scenario": name train it.
     `params` declares its knobs (number(), integer(), boolean(), string(), values())."""
     problems = _check_class(cls) + _check_params(name, cls, params)
+    held = _registered.get(name)
+    if held is not None and held is not cls:
+        problems.append(f"{_source_file(cls)}: register({name!r}, {cls.__name__}): {name!r} is already registered to "
+                        f"{held.__qualname__} ({_source_file(held)}): a name holds one class (configs, repros and "
+                        f"sweeps name the class by it), so give this one another name")
     if problems:
         _problems.extend(problems)
         return
+    _registered[name] = cls
     _core.register_scenario(name, cls, _source_file(cls), list(params))
 
 
@@ -289,6 +298,23 @@ def _check_params(name, cls, params):
                             f"declared param: declare it with spikehunt.number(), integer(), boolean(), string() "
                             f"or values(), {example}")
     return problems
+
+
+def _project_modules(script):
+    """The files of the modules imported from the script's own project (its folder and below, outside
+    site-packages): with the script and the extension, the code whose hash (the build id) a sweep
+    records and checks in its workers and on resume."""
+    root = os.path.dirname(script) + os.sep
+    files = set()
+    for module in list(sys.modules.values()):
+        f = getattr(module, "__file__", None)
+        if not isinstance(f, str):
+            continue
+        f = os.path.abspath(f)
+        if (f != script and f.startswith(root) and f.endswith(".py") and os.path.isfile(f)
+                and "site-packages" not in f and "dist-packages" not in f):
+            files.add(f)
+    return sorted(files)
 
 
 def main(argv=None, exit=True, _command=None, _build_files=None):
@@ -314,7 +340,8 @@ def main(argv=None, exit=True, _command=None, _build_files=None):
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         is_script = os.path.isfile(script)
         command = _command or ([sys.executable, script] if is_script else [sys.executable])
-        build_files = [_core.__file__] + (_build_files if _build_files is not None else [script] if is_script else [])
+        build_files = [_core.__file__] + (_build_files if _build_files is not None else
+                                          [script] + _project_modules(script) if is_script else [])
         # Printed commands name this interpreter (another python3 may come first on PATH).
         invoked = argv[0] if _command else f"{sys.executable} {sys.argv[0] if sys.argv else ''}"
         rc = _core.cli_main([invoked] + list(argv[1:]), command, build_files)

@@ -75,6 +75,8 @@ def test_guard_records_a_baseline_and_checks_it(tmp_path):
     baseline = tmp_path / "baseline.json"
     rc, text, err = spikehunt("guard", "record", "--suite", str(suite), "--out", str(baseline))
     assert rc == 0, text + err
+    # the command to check it names this program as it was run, not the spikehunt binary
+    assert "check with: %s %s guard check --suite " % (sys.executable, TINY) in text, text
     rc, text, err = spikehunt("guard", "check", "--suite", str(suite), "--baseline", str(baseline))
     assert rc == 0, text + err
     # The same suite with an unstable learning rate is a regression.
@@ -122,3 +124,63 @@ def test_training_code_that_changes_directory_moves_nothing_spikehunt_writes(tmp
         assert "crashed:" not in stdout, stdout + err
     finally:
         shutil.rmtree(os.path.join(SOURCE, rel), ignore_errors=True)
+
+
+def _project(tmp_path):
+    """A copy of tiny.py in a project of its own, importing a helper module of that project."""
+    import shutil
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(os.path.join(SOURCE, TINY), project / "train.py")
+    (project / "helper.py").write_text("SCALE = 1.0\n")
+    text = (project / "train.py").read_text()
+    (project / "train.py").write_text(text.replace("import spikehunt\n", "import spikehunt\nimport helper  # noqa: F401\n", 1))
+    return project
+
+
+def test_one_sweep_is_one_version_of_the_code(tmp_path):
+    """The build id covers the script and the modules it imports from its project: a resume after
+    helper.py changed is refused (exit 2, naming the database's build), goes on with
+    --allow-code-change and says so; a burst told to run another build refuses (exit 4)."""
+    project = _project(tmp_path)
+    train = str(project / "train.py")
+    out = str(tmp_path / "sweep")
+    args = ("sweep", "--space", os.path.join(SOURCE, SPACE), "--out", out, "--no-progress", "--max-shrinks", "0")
+    rc, text, err = spikehunt(*args, "--runs", "2", script=train)
+    assert rc in (0, 1), text + err
+    (project / "helper.py").write_text("SCALE = 2.0\n")
+    rc, text, err = spikehunt(*args, "--runs", "4", script=train)
+    assert rc == 2, text + err
+    assert "sweep.db: build = " in err and "resuming would mix two versions of the code" in err, err
+    assert "--allow-code-change" in err, err
+    rc, text, err = spikehunt(*args, "--runs", "4", "--allow-code-change", script=train)
+    assert rc in (0, 1), text + err
+    assert "resuming over changed code (--allow-code-change)" in text, text
+    assert "the code changed during this sweep (--allow-code-change): builds " in text, text
+    report = open(os.path.join(out, "report.html")).read()
+    assert "The code changed during this sweep" in report
+    rc, text, err = spikehunt("burst", "--config", os.path.join(SOURCE, CONFIG), "--result", str(tmp_path / "r.json"),
+                              "--build", "not this build", script=train)
+    assert rc == 4 and "the program or the files it is built from changed" in err, text + err
+
+
+def test_a_name_holds_one_class_and_a_replay_under_another_says_so(tmp_path):
+    project = _project(tmp_path)
+    train = project / "train.py"
+    text = train.read_text()
+    twice = project / "twice.py"
+    twice.write_text(text.replace('if __name__ == "__main__":',
+                                  'class Other(Tiny):\n    pass\n\n\nspikehunt.register("tiny", Other)\n\n'
+                                  'if __name__ == "__main__":', 1))
+    rc, out, err = spikehunt("run", "--config", os.path.join(SOURCE, CONFIG), script=str(twice))
+    assert rc == 2 and "'tiny' is already registered to Tiny" in err and "a name holds one class" in err, out + err
+    # A repro recorded with Tiny, replayed by a program whose "tiny" is another class.
+    rc, out, err = spikehunt("run", "--config", os.path.join(SOURCE, CONFIG), "--set", "optimizer.lr=8",
+                             "--out", str(tmp_path / "runs"), script=str(train))
+    assert rc == 1, out + err
+    repro = [l for l in out.splitlines() if l.startswith("wrote ")][0].split()[1].rstrip("/") + "/repro.json"
+    other = project / "other.py"
+    other.write_text(text.replace("class Tiny(spikehunt.Scenario):", "class Renamed(spikehunt.Scenario):", 1)
+                     .replace("Tiny,", "Renamed,").replace("Tiny)", "Renamed)"))
+    rc, out, err = spikehunt("replay", repro, script=str(other))
+    assert 'scenario "tiny" was class Tiny when recorded and is class Renamed now' in out, out + err
