@@ -4,7 +4,6 @@
 // output; work trained ahead kept over a kill; a full disk said with its path.
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,8 +33,6 @@
 #include "harness/warnings.h"
 
 #include "test_util.h"
-
-extern char** environ;
 
 namespace spikehunt {
 namespace {
@@ -103,18 +100,10 @@ TEST(Reliability, NoOutputDestroysAnInputOrAFileSpikehuntDidNotWrite) {
 TEST(Reliability, CtrlCDuringRunKeepsWhatRanAndSaysSo) {
   TempDir dir;
   // A healthy run of 4,040 steps: far from its end when the Ctrl-C comes.
-  std::vector<std::string> args = {SPIKEHUNT_BINARY, "run", "--config", testing::source_path("configs/healthy.json"),
-                                   "--set", "protocol.epochs_per_phase=50", "--out", dir.file("runs")};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
   const std::string log = dir.file("run.log");
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid = testing::spawn_background({SPIKEHUNT_BINARY, "run", "--config", testing::source_path("configs/healthy.json"),
+                                               "--set", "protocol.epochs_per_phase=50", "--out", dir.file("runs")},
+                                              log);
   bool training = false;  // the header is printed (and flushed) just before the first step
   for (int i = 0; i < 1200 && !training; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -141,17 +141,9 @@ TEST(SweepEndToEnd, AKilledSweepResumesWithoutLosingOrRepeatingARun) {
     "base": {"dataset": {"synthetic_train_per_class": 40}, "batch_size": 32, "threads": 1},
     "dimensions": {"optimizer.lr": {"log_range": [0.001, 0.02]}, "max_batches_per_epoch": {"range": [6, 10]}}})");
   const std::string out = dir.file("sweep");
-  std::vector<std::string> args = {SPIKEHUNT_BINARY, "sweep", "--space", space, "--runs", "10", "-j", "1",
-                                   "--out", out, "--no-progress", "--max-shrinks", "0"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid = testing::spawn_background({SPIKEHUNT_BINARY, "sweep", "--space", space, "--runs", "10", "-j", "1",
+                                               "--out", out, "--no-progress", "--max-shrinks", "0"},
+                                              "/dev/null");
   int64_t before = 0;
   for (int i = 0; i < 1200 && before < 3; ++i) {  // up to 60 s for 3 runs
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -191,23 +183,10 @@ TEST(SweepEndToEnd, ASuspendedSweepIsNotATimeout) {
     "base": {"dataset": {"synthetic_train_per_class": 40}, "batch_size": 32, "threads": 1},
     "dimensions": {"optimizer.lr": {"log_range": [0.001, 0.02]}, "max_batches_per_epoch": {"range": [6, 10]}}})");
   const std::string out = dir.file("sweep");
-  std::vector<std::string> args = {SPIKEHUNT_BINARY, "sweep", "--space", space, "--runs", "6", "-j", "2", "--timeout", "3s",
-                                   "--out", out, "--no-progress", "--max-shrinks", "0"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
   const std::string log = dir.file("sweep.log");
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);  // a process group of its own, as a shell job has
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  const pid_t pid = testing::spawn_background({SPIKEHUNT_BINARY, "sweep", "--space", space, "--runs", "6", "-j", "2",
+                                               "--timeout", "3s", "--out", out, "--no-progress", "--max-shrinks", "0"},
+                                              log, /*own_group=*/true);
   int64_t before = 0;
   for (int i = 0; i < 1200 && before < 1; ++i) {  // up to 60 s for the first run
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

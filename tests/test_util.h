@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "scenarios/scenario.h"
 #include "temp_dir.h"
@@ -53,6 +54,11 @@ CommandResult run_spikehunt(const std::string& args);
 CommandResult run_program(const std::string& program, const std::string& args);  // another program (a user's)
 
 std::string source_path(const std::string& relative);  // path inside the repository
+
+// Starts argv[0] with `argv` in the background (posix_spawn), its stdout into `stdout_path` ("/dev/null"
+// to drop it); `own_group`: in a process group of its own, as a shell job is (kill(-pid, ...) reaches its
+// children too). Returns its pid; throws when it cannot start.
+int spawn_background(std::vector<std::string> argv, const std::string& stdout_path, bool own_group = false);
 
 // "" when the XML file at `path` is valid JUnit as CI dashboards read it
 // (xmllint against tests/schemas/junit.xsd), else xmllint's complaint.
