@@ -319,12 +319,16 @@ TEST(Cli, AnAllNanTensorHasNoLargestFiniteValue) {
   EXPECT_EQ(m[1], "none") << "not 0: no element is finite";
 }
 
+// A small MLP run whose loss limit is under the loss at init: extreme at step 0, with a repro and checkpoint.
+testing::CommandResult run_failing_at_step_zero(const TempDir& out) {
+  return run_spikehunt("run --set model.kind=mlp --set health.loss_limit=1 --set max_batches_per_epoch=3 "
+                       "--set dataset.synthetic_train_per_class=20 --out " + out.path());
+}
+
 TEST(Cli, ReplayingFromACheckpointAtStepZeroSaysSo) {
   TempDir out;
   // A loss limit under the loss at init: the first step is the onset.
-  const auto r = run_spikehunt("run --set model.kind=mlp --set health.loss_limit=1 "
-                               "--set max_batches_per_epoch=3 --set dataset.synthetic_train_per_class=20 --out " +
-                               out.path());
+  const auto r = run_failing_at_step_zero(out);
   ASSERT_EQ(r.exit_code, 1) << r.output;
   ASSERT_TRUE(has(r.output, "onset      step 0 ")) << r.output;
   const std::string repro = out.file(entries(out.path()).front()) + "/repro.json";
@@ -338,9 +342,7 @@ TEST(Cli, ReplayingFromACheckpointAtStepZeroSaysSo) {
 // hand) is exit 2 naming the file and the tensor before anything replays; untouched, it reproduces.
 TEST(Cli, ADamagedCheckpointIsNamedBeforeAnyReplay) {
   TempDir out;
-  const auto r = run_spikehunt("run --set model.kind=mlp --set health.loss_limit=1 "
-                               "--set max_batches_per_epoch=3 --set dataset.synthetic_train_per_class=20 --out " +
-                               out.path());
+  const auto r = run_failing_at_step_zero(out);
   ASSERT_EQ(r.exit_code, 1) << r.output;
   const std::string folder = out.file(entries(out.path()).front());
   const std::string repro = folder + "/repro.json";
