@@ -129,6 +129,22 @@ OutLock::OutLock(std::string out, std::string lock_path, const std::string& verb
   throw std::runtime_error(out + ": cannot take the writer's lock: " + lock_path_ + " keeps being replaced");
 }
 
+std::string OutLock::other_holder(const std::string& dir) {
+  const std::string path = (fs::path(dir) / ".lock").string();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  int rc = ::fcntl(fd, F_OFD_GETLK, &l);
+  if (rc != 0 && errno == EINVAL) rc = ::fcntl(fd, F_GETLK, &l);
+  std::string holder;
+  if (rc == 0 && l.l_type != F_UNLCK) holder = holder_of(fd);
+  ::close(fd);
+  const std::string me = ", pid " + std::to_string(::getpid()) + " on host " + host_name() + ",";
+  return holder.find(me) != std::string::npos ? "" : holder;
+}
+
 OutLock::OutLock(OutLock&& other) noexcept : lock_path_(std::move(other.lock_path_)), fd_(other.fd_) { other.fd_ = -1; }
 
 OutLock::~OutLock() {

@@ -30,6 +30,10 @@ class OutLock {
 
   const std::string& lock_path() const { return lock_path_; }
 
+  // Who holds folder `dir`'s lock, when another process does ("sweep, pid 123 on host n1, since ..."):
+  // a reader says it shows a partial picture. "" when nobody, or this process, holds it.
+  static std::string other_holder(const std::string& dir);
+
  private:
   OutLock(std::string out, std::string lock_path, const std::string& verb);
   std::string lock_path_;

@@ -20,6 +20,10 @@ void add_report_verb(Cli& cli) {
                                 const ReportFacts f = write_sweep_report(*report_dir, *report_out);
                                 std::cout << "wrote " << f.path << ": " << f.runs << " runs, " << f.failed << " failed, "
                                           << f.failures << " distinct failure(s), " << f.charts << " chart(s)\n";
+                                if (!f.running.empty()) {
+                                  std::cout << "the sweep is still running (" << f.running
+                                            << "): the report shows the runs committed so far\n";
+                                }
                                 return kExitOk;
                               });
   report->add_option("dir", *report_dir, "The sweep's --out folder")->capture_default_str();

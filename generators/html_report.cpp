@@ -17,6 +17,7 @@
 #include "base/files.h"
 #include "base/html.h"
 #include "base/number_format.h"
+#include "base/out_lock.h"
 #include "base/program.h"
 #include "generators/rates.h"
 #include "generators/space.h"
@@ -344,6 +345,11 @@ ReportFacts write_sweep_report(const std::string& dir, const std::string& out_pa
   const auto [lo, hi] = wilson_interval(rates.all.failed, rates.all.runs);
   h << "<h1>spikehunt sweep</h1>\n<p class=\"meta\">" << escape(dir) << " · seed " << store->seed() << " · spikehunt "
     << kVersion << " · report written " << when << "</p>\n";
+  if (const std::string running = OutLock::other_holder(dir); !running.empty()) {
+    h << "<p class=\"bad\">This sweep is still running (" << escape(running)
+      << "): the page shows the runs committed so far.</p>\n";
+    facts.running = running;
+  }
   if (const auto changed = store->meta("code_changed")) {
     h << "<p class=\"bad\">The code changed during this sweep (--allow-code-change): builds " << escape(*changed)
       << ". Its runs trained more than one version of the code.</p>\n";

@@ -19,6 +19,7 @@ struct ReportFacts {
   int64_t failed = 0;      // of which failed
   int64_t failures = 0;    // distinct failures listed
   int64_t charts = 0;      // failure charts (one per failure whose repro has a trace)
+  std::string running;     // the sweep still writing the folder ("sweep, pid ..."), or ""
 };
 
 // Where the dygraphs files are read from: $SPIKEHUNT_DYGRAPHS_DIR, else

@@ -293,6 +293,11 @@ bool reproduced(const FailureRow& f) { return f.replay.rfind("reproduced", 0) ==
 
 int run_compare(const std::string& a_dir, const std::string& b_dir, std::ostream& out) {
   const SweepFacts a = read_sweep(a_dir), b = read_sweep(b_dir);
+  for (const std::string& dir : {a_dir, b_dir}) {
+    if (const std::string running = OutLock::other_holder(dir); !running.empty()) {
+      out << dir << " is still being written (" << running << "): compared as committed so far\n";
+    }
+  }
   std::vector<std::string> diffs;
   if (a.store->seed() != b.store->seed()) {
     diffs.push_back("seed " + std::to_string(a.store->seed()) + " against " + std::to_string(b.store->seed()));

@@ -194,7 +194,15 @@ TEST(SweepEndToEnd, ASuspendedSweepIsNotATimeout) {
   }
   ASSERT_GE(before, 1);
   ASSERT_EQ(::kill(-pid, SIGSTOP), 0);
-  std::this_thread::sleep_for(std::chrono::seconds(5));
+  const auto clock = std::chrono::steady_clock::now();
+  // Meanwhile, a report or a compare of it says it shows what is committed so far.
+  const auto report = run_spikehunt("report " + out + " --out " + dir.file("partial.html"));
+  EXPECT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_TRUE(has(report.output, "the sweep is still running (sweep, pid " + std::to_string(pid))) << report.output;
+  EXPECT_TRUE(has(read_file(dir.file("partial.html")), "This sweep is still running"));
+  const auto compared = run_spikehunt("compare " + out + " " + out);
+  EXPECT_TRUE(has(compared.output, out + " is still being written (sweep, pid")) << compared.output;
+  std::this_thread::sleep_until(clock + std::chrono::seconds(5));
   ASSERT_EQ(::kill(-pid, SIGCONT), 0);
   int status = 0;
   ::waitpid(pid, &status, 0);
