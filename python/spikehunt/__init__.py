@@ -300,6 +300,29 @@ def _check_params(name, cls, params):
     return problems
 
 
+class _os_exit_is_an_error:
+    """While spikehunt runs: os._exit() called in this process (by training code) raises instead of
+    ending the process with that code and no verdict (exit 0 read as "nothing found"); a forked child
+    (a DataLoader worker, multiprocessing) still exits as it asks."""
+
+    def __enter__(self):
+        self._real, self._pid = os._exit, os.getpid()
+        real, pid = self._real, self._pid
+
+        def guarded_exit(code=0):
+            if os.getpid() != pid:
+                real(code)
+            raise RuntimeError(f"the training code called os._exit({code}), which would end spikehunt's process "
+                               f"with exit {code} and no verdict: return or raise instead")
+
+        os._exit = guarded_exit
+        return self
+
+    def __exit__(self, *exc):
+        os._exit = self._real
+        return False
+
+
 def _project_modules(script):
     """The files of the modules imported from the script's own project (its folder and below, outside
     site-packages): with the script and the extension, the code whose hash (the build id) a sweep
@@ -344,7 +367,8 @@ def main(argv=None, exit=True, _command=None, _build_files=None):
                                           [script] + _project_modules(script) if is_script else [])
         # Printed commands name this interpreter (another python3 may come first on PATH).
         invoked = argv[0] if _command else f"{sys.executable} {sys.argv[0] if sys.argv else ''}"
-        rc = _core.cli_main([invoked] + list(argv[1:]), command, build_files)
+        with _os_exit_is_an_error():
+            rc = _core.cli_main([invoked] + list(argv[1:]), command, build_files)
     sys.stdout.flush()
     sys.stderr.flush()
     if exit:

@@ -184,3 +184,12 @@ def test_a_name_holds_one_class_and_a_replay_under_another_says_so(tmp_path):
                      .replace("Tiny,", "Renamed,").replace("Tiny)", "Renamed)"))
     rc, out, err = spikehunt("replay", repro, script=str(other))
     assert 'scenario "tiny" was class Tiny when recorded and is class Renamed now' in out, out + err
+
+
+def test_os_exit_in_the_training_code_is_a_crash_not_a_clean_exit(tmp_path):
+    """os._exit(0) in the user's forward would end the process with exit 0 and no verdict ("nothing
+    found"): under spikehunt it raises, and run reports a crash at the forward naming the call."""
+    rc, out, err = spikehunt("run", "--config", CONFIG, "--set", 'params.bug="os_exit"', "--out", str(tmp_path))
+    assert rc == 1, out + err
+    assert "the training code threw in the forward stage" in out, out
+    assert "the training code called os._exit(0)" in out, out

@@ -69,6 +69,8 @@ class Tiny(spikehunt.Scenario):
         return [] if self.bug == "no_optimizers" else self.opt
 
     def forward(self, inputs):
+        if self.bug == "os_exit" and self.done >= 3:
+            os._exit(0)
         if self.bug == "forward_returns_list":
             return [self.net(inputs)]
         return self.net(inputs * (1 + 0.01 * self.jitter))
@@ -138,7 +140,7 @@ class NumpyAndAttributes(Tiny):
 
 spikehunt.register("tiny", Tiny, params=[
     spikehunt.string("bug", "none", ["none", "raise_in_loss", "forward_returns_list", "broadcast_loss",
-                                "loss_per_sample", "no_optimizers", "chdir"], "a planted bug"),
+                                "loss_per_sample", "no_optimizers", "chdir", "os_exit"], "a planted bug"),
     spikehunt.integer("width", 16, 1, 1024, "hidden units"),
 ])
 if os.environ.get("TINY_BROKEN"):
