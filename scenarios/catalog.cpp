@@ -4,11 +4,14 @@
 
 #include <algorithm>
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <typeinfo>
 
+#include "base/error.h"
 #include "base/rng.h"
 #include "scenarios/config.h"
 #include "scenarios/models.h"
@@ -190,8 +193,68 @@ int64_t TextScenario::skip_batches(int64_t n) {
   return skipped;
 }
 
+namespace {
+
+// The bytes this process may still take (MemAvailable), or 0 when unknown.
+double available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / double(1 << 30));
+  return text;
+}
+
+// A built-in model's float32 memory at its config, estimated before anything is allocated:
+// parameters with their gradients and two optimizer buffers each (Adam's; SGD's momentum takes
+// one), and the activations a step keeps for backward (a GPT block's per token ~34 x width floats
+// plus its attention scores, Korthikanti et al. 2022; an MLP layer's ~3 x width a sample). A config
+// in range whose estimate is past what the machine has left is bad input naming its fields, instead
+// of an allocation that fails deep in LibTorch (or the machine swapping).
+void check_fits_memory(const TrainingConfig& c) {
+  if (c.device != DeviceKind::kCpu) return;  // a GPU's memory is the device's: LibTorch says it
+  double params = 0, activations = 0;
+  std::string fields;
+  const double batch = double(c.batch_size);
+  if (c.model.kind == "gpt") {
+    const GptConfig& g = c.model.gpt;
+    const double d = double(g.width), layers = double(g.layers), t = double(g.context), v = double(kTextVocab);
+    params = v * d * (g.tied_embeddings ? 1 : 2) + t * d + layers * (12 * d * d + 13 * d) + 2 * d;
+    activations = batch * t * (layers * (34 * d + 5 * double(g.heads) * t) + 2 * v);
+    fields = "model.gpt.width = " + std::to_string(g.width) + ", model.gpt.layers = " + std::to_string(g.layers) +
+             ", model.gpt.context = " + std::to_string(g.context) + " and batch_size = " + std::to_string(c.batch_size);
+  } else if (c.model.kind == "mlp") {
+    const double w = double(c.model.mlp_width), depth = double(c.model.mlp_depth), in = 3 * 32 * 32;
+    params = in * w + (depth - 1) * (w * w + w) + w * 10;
+    activations = batch * (in + 3 * w * depth);
+    fields = "model.mlp_width = " + std::to_string(c.model.mlp_width) + ", model.mlp_depth = " +
+             std::to_string(c.model.mlp_depth) + " and batch_size = " + std::to_string(c.batch_size);
+  } else {
+    return;  // the small CNN's size is fixed but for its batch, bounded by the config's range
+  }
+  const double state = 4 * 4 * params, kept = 4 * activations;
+  const double available = available_bytes();
+  if (available <= 0 || state + kept <= available) return;
+  throw InputError("config", c.model.kind == "gpt" ? "model.gpt" : "model", "",
+                   "with " + fields + " the model needs about " + gib(state + kept) + " (" + gib(state) +
+                       " for its parameters, gradients and optimizer state, " + gib(kept) +
+                       " of activations a step) and this machine has " + gib(available) + " available",
+                   "make the model or the batch smaller (the estimate is float32, before anything was allocated)");
+}
+
+}  // namespace
+
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config,
                                         std::shared_ptr<const Dataset> dataset) {
+  if (config.scenario == "standard") check_fits_memory(config);
   if (config.scenario == "standard" && config.dataset.kind == DatasetKind::kText) {
     return std::make_unique<TextScenario>(config, std::move(dataset));
   }

@@ -129,6 +129,20 @@ TEST(Reliability, CtrlCDuringRunKeepsWhatRanAndSaysSo) {
   EXPECT_TRUE(has(out, "trace.jsonl up to step " + std::to_string(steps))) << out;
 }
 
+// A config in range whose model cannot fit the machine is refused before anything is allocated, naming
+// its fields and the estimate, instead of LibTorch's allocator error deep in the run.
+TEST(Reliability, AModelTooLargeForTheMachineIsNamedBeforeAnythingIsAllocated) {
+  TempDir dir;
+  const auto r = run_spikehunt("run --config " + testing::source_path("configs/gpt.json") +
+                               " --set model.gpt.layers=64 --set model.gpt.width=8192 --set batch_size=65536 --out " +
+                               dir.file("out"));
+  expect_bad_input(r, {"model.gpt.width = 8192, model.gpt.layers = 64", "batch_size = 65536", "the model needs about",
+                       "GiB available", "make the model or the batch smaller"});
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out"))) << "nothing written";
+  const auto mlp = run_spikehunt("doctor --set model.kind=mlp --set model.mlp_width=65536 --set model.mlp_depth=64");
+  expect_bad_input(mlp, {"model.mlp_width = 65536, model.mlp_depth = 64", "the model needs about"});
+}
+
 TEST(Reliability, ANumberBeyondADoubleNamesTheFileTheFieldAndTheNumber) {
   TempDir dir;
   const std::string config = dir.file("huge.json");
