@@ -293,9 +293,11 @@ bool reproduced(const FailureRow& f) { return f.replay.rfind("reproduced", 0) ==
 
 int run_compare(const std::string& a_dir, const std::string& b_dir, std::ostream& out) {
   const SweepFacts a = read_sweep(a_dir), b = read_sweep(b_dir);
+  // Said last: the lines above keep their places for scripts that read them.
+  std::string running;
   for (const std::string& dir : {a_dir, b_dir}) {
-    if (const std::string running = OutLock::other_holder(dir); !running.empty()) {
-      out << dir << " is still being written (" << running << "): compared as committed so far\n";
+    if (const std::string holder = OutLock::other_holder(dir); !holder.empty()) {
+      running += dir + " is still being written (" + holder + "): compared as committed so far\n";
     }
   }
   std::vector<std::string> diffs;
@@ -361,12 +363,13 @@ int run_compare(const std::string& a_dir, const std::string& b_dir, std::ostream
   if (diffs.empty()) {
     out << "equal: the same " << a.runs.size() << " samples with the same configs, verdicts, fault signatures and first "
         << "batches; the same " << a.failures.size() << " distinct failure(s) with the same occurrences, minimal "
-        << "configs and replay outcomes\n";
+        << "configs and replay outcomes\n" << running;
     return kExitOk;
   }
   out << diffs.size() << " difference(s):\n";
   for (size_t i = 0; i < diffs.size() && i < 40; ++i) out << "  " << diffs[i] << "\n";
   if (diffs.size() > 40) out << "  ... (" << diffs.size() - 40 << " more)\n";
+  out << running;
   return kExitFinding;
 }
 
