@@ -110,7 +110,7 @@ class KeepRng {
   torch::Tensor saved_;
 };
 
-// The probes of doctor/data.cpp. Each reads a fresh scenario (or the
+// The probes of doctor/data.cpp (heldout_overlap, sample_hashes and label_pairing: doctor/samples.cpp). Each reads a fresh scenario (or the
 // watched run's records) and says what it measured.
 //   batch_composition  the labels of each watched batch against all of them: one class a batch
 //   target_leak        targets that are the inputs; outputs at a position that change with the
