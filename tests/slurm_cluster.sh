@@ -121,7 +121,9 @@ else
 fi
 
 # The search runs in a sweep folder (compare reads a folder against itself read-only, while its shard runs).
-runs_in() { "$bin" compare "$1" "$1" 2>/dev/null | sed -n "2s/.*: \([0-9]*\) runs,.*/\1/p"; }
+# The runs committed in a sweep folder ("" while it cannot be read yet: a database being created, or one
+# read twice across a commit by compare, which then differs from itself). Never fails the script itself.
+runs_in() { { "$bin" compare "$1" "$1" 2>/dev/null || true; } | sed -n "2s/.*: \([0-9]*\) runs,.*/\1/p"; }
 
 # ---- one task killed mid-way and resubmitted: no run lost, none repeated ----
 # Bursts of about a second (the default CNN), so a task is still running when
