@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 // Not LibTorch's headers, only its thread pool: this file is compiled with
 // -fopenmp (see CMakeLists.txt); without it at::parallel_for runs serially.
@@ -69,16 +70,18 @@ struct SquareRatio {  // g[i]² / v[i], and 0 where v[i] <= 0, as g.square().div
   float at(int64_t i) const { return v[i] <= 0 ? 0.0f : (g[i] * g[i]) / v[i]; }
 };
 
+// One source's sum-of-squares and max lanes: block() takes kStep elements at
+// i, end() folds the lanes in their fixed order and adds the tail [i, n).
 template <int W, class Source>
-__attribute__((always_inline)) inline SumSqMax sumsq_max_body(Source src, int64_t n) {
+struct SumSqMaxLanes {
   using F = typename Vec<W>::F;
   using H = typename Vec<W>::H;
   using D = typename Vec<W>::D;
-  constexpr int kAcc = kLanes / (W / 2);  // double registers holding the 16 lanes
+  static constexpr int kAcc = kLanes / (W / 2);  // double registers holding the 16 lanes
   D s[kAcc] = {};
   F m = {};
-  int64_t i = 0;
-  for (; i + kStep <= n; i += kStep) {
+
+  __attribute__((always_inline)) void block(const Source& src, int64_t i) {
     for (int half = 0; half < 2; ++half) {  // lane k gets element k, then k + 16: in order
       for (int a = 0; a < kAcc; ++a) {
         const D d = __builtin_convertvector(src.template get<H>(i + half * kLanes + a * (W / 2)), D);
@@ -87,18 +90,42 @@ __attribute__((always_inline)) inline SumSqMax sumsq_max_body(Source src, int64_
     }
     for (int k = 0; k < kStep / W; ++k) m = max_abs_lanes(m, src.template get<F>(i + k * W));
   }
-  SumSqMax r;
-  for (int a = 0; a < kAcc; ++a) {
-    for (int l = 0; l < W / 2; ++l) r.sumsq += s[a][l];  // lanes 0..15 in order
+  __attribute__((always_inline)) SumSqMax end(const Source& src, int64_t i, int64_t n) const {
+    SumSqMax r;
+    for (int a = 0; a < kAcc; ++a) {
+      for (int l = 0; l < W / 2; ++l) r.sumsq += s[a][l];  // lanes 0..15 in order
+    }
+    for (int l = 0; l < W; ++l) r.max = fold_max(r.max, m[l]);
+    for (; i < n; ++i) {
+      const float x = src.at(i);
+      const double d = x;
+      r.sumsq += d * d;
+      r.max = fold_max(r.max, std::fabs(x));
+    }
+    return r;
   }
-  for (int l = 0; l < W; ++l) r.max = fold_max(r.max, m[l]);
-  for (; i < n; ++i) {
-    const float x = src.at(i);
-    const double d = x;
-    r.sumsq += d * d;
-    r.max = fold_max(r.max, std::fabs(x));
+};
+
+template <int W, class Source>
+__attribute__((always_inline)) inline SumSqMax sumsq_max_body(Source src, int64_t n) {
+  SumSqMaxLanes<W, Source> lanes;
+  int64_t i = 0;
+  for (; i + kStep <= n; i += kStep) lanes.block(src, i);
+  return lanes.end(src, i, n);
+}
+
+// Two sources' statistics from one pass over memory they share (a step's
+// before − after and the after alone): each with the bits of its single form.
+template <int W, class A, class B>
+__attribute__((always_inline)) inline SumSqMaxPair sumsq_max_pair_body(std::pair<A, B> src, int64_t n) {
+  SumSqMaxLanes<W, A> a;
+  SumSqMaxLanes<W, B> b;
+  int64_t i = 0;
+  for (; i + kStep <= n; i += kStep) {
+    a.block(src.first, i);
+    b.block(src.second, i);
   }
-  return r;
+  return {a.end(src.first, i, n), b.end(src.second, i, n)};
 }
 
 // The end of a max |x| pass: mx over the non-NaN elements of p[0, n), and
@@ -168,6 +195,10 @@ template <class Source>
 SumSqMax sumsq_max_baseline(Source src, int64_t n) {
   return sumsq_max_body<4>(src, n);
 }
+template <class Sources>
+SumSqMaxPair sumsq_max_pair_baseline(Sources src, int64_t n) {
+  return sumsq_max_pair_body<4>(src, n);
+}
 float max_abs_baseline(const float* p, int64_t n) { return max_abs_body<4>(p, n); }
 float leaky_relu_baseline(const float* x, float* out, int64_t n, float slope) {
   return leaky_relu_body<4>(x, out, n, slope);
@@ -181,6 +212,14 @@ __attribute__((target("avx2,fma"))) SumSqMax sumsq_max_avx2(Source src, int64_t 
 template <class Source>
 __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma"))) SumSqMax sumsq_max_avx512(Source src, int64_t n) {
   return sumsq_max_body<16>(src, n);
+}
+template <class Sources>
+__attribute__((target("avx2,fma"))) SumSqMaxPair sumsq_max_pair_avx2(Sources src, int64_t n) {
+  return sumsq_max_pair_body<8>(src, n);
+}
+template <class Sources>
+__attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma"))) SumSqMaxPair sumsq_max_pair_avx512(Sources src, int64_t n) {
+  return sumsq_max_pair_body<16>(src, n);
 }
 
 __attribute__((target("avx2,fma"))) float max_abs_avx2(const float* p, int64_t n) { return max_abs_body<8>(p, n); }
@@ -213,6 +252,14 @@ SumSqMax sumsq_max_avx2(Source src, int64_t n) {
 template <class Source>
 SumSqMax sumsq_max_avx512(Source src, int64_t n) {
   return sumsq_max_body<4>(src, n);
+}
+template <class Sources>
+SumSqMaxPair sumsq_max_pair_avx2(Sources src, int64_t n) {
+  return sumsq_max_pair_body<4>(src, n);
+}
+template <class Sources>
+SumSqMaxPair sumsq_max_pair_avx512(Sources src, int64_t n) {
+  return sumsq_max_pair_body<4>(src, n);
 }
 float max_abs_avx2(const float* p, int64_t n) { return max_abs_body<4>(p, n); }
 float max_abs_avx512(const float* p, int64_t n) { return max_abs_body<4>(p, n); }
@@ -272,6 +319,12 @@ SumSqMax sumsq_max_square_ratio(const float* g, const float* v, int64_t n, Isa i
   return sumsq_max_of(SquareRatio{g, v}, n, isa);
 }
 
+SumSqMaxPair sumsq_max_difference_and_plain(const float* x, const float* y, int64_t n, Isa isa) {
+  using Sources = std::pair<Difference, Plain>;
+  return variant(isa, sumsq_max_pair_baseline<Sources>, sumsq_max_pair_avx2<Sources>,
+                 sumsq_max_pair_avx512<Sources>)(Sources{Difference{x, y}, Plain{y}}, n);
+}
+
 float max_abs(const float* p, int64_t n, Isa isa) {
   return variant(isa, max_abs_baseline, max_abs_avx2, max_abs_avx512)(p, n);
 }
@@ -307,6 +360,9 @@ float max_keeping_nan(float a, float b) { return std::isnan(a) || std::isnan(b) 
 namespace {
 
 SumSqMax combine_sumsq_max(SumSqMax a, SumSqMax b) { return {a.sumsq + b.sumsq, std::max(a.max, b.max)}; }
+SumSqMaxPair combine_pair(const SumSqMaxPair& a, const SumSqMaxPair& b) {
+  return {combine_sumsq_max(a.first, b.first), combine_sumsq_max(a.second, b.second)};
+}
 
 }  // namespace
 
@@ -330,6 +386,13 @@ SumSqMax sumsq_max_square_ratio_parallel(const float* g, const float* v, int64_t
       combine_sumsq_max);
 }
 
+SumSqMaxPair sumsq_max_difference_and_plain_parallel(const float* x, const float* y, int64_t n) {
+  const Isa isa = best_isa();
+  return chunked<SumSqMaxPair>(
+      n, [=](int64_t offset, int64_t count) { return sumsq_max_difference_and_plain(x + offset, y + offset, count, isa); },
+      combine_pair);
+}
+
 float max_abs_parallel(const float* p, int64_t n) {
   const Isa isa = best_isa();
   return chunked<float>(
@@ -346,13 +409,56 @@ float leaky_relu_max_abs_parallel(const float* x, float* out, int64_t n, float s
 
 namespace {
 
-SumSqMax run_task(const StatsTask& t) {
+SumSqMax stats_of(const StatsTask& t) {
   switch (t.kind) {
     case StatsTask::kDifference: return sumsq_max_difference_parallel(t.x, t.y, t.n);
     case StatsTask::kSquareRatio: return sumsq_max_square_ratio_parallel(t.x, t.y, t.n);
-    case StatsTask::kPlain: break;
+    case StatsTask::kPlain:
+    case StatsTask::kDifferenceAndPlain: break;
   }
   return sumsq_max_parallel(t.x, t.n);
+}
+
+// A task that also copies what it read (StatsTask::copy): the same chunks as
+// the _parallel forms (so the same bits), each copied right after its pass,
+// while it is still in cache.
+void run_copying_task(const StatsTask& t) {
+  const Isa isa = best_isa();
+  if (t.kind == StatsTask::kDifferenceAndPlain) {
+    const SumSqMaxPair r = chunked<SumSqMaxPair>(
+        t.n,
+        [&](int64_t offset, int64_t count) {
+          const SumSqMaxPair c = sumsq_max_difference_and_plain(t.x + offset, t.y + offset, count, isa);
+          std::memcpy(t.copy + offset, t.y + offset, size_t(count) * sizeof(float));
+          return c;
+        },
+        combine_pair);
+    *t.out = r.first;
+    *t.out2 = r.second;
+    return;
+  }
+  *t.out = chunked<SumSqMax>(
+      t.n,
+      [&](int64_t offset, int64_t count) {
+        const SumSqMax c = sumsq_max(t.x + offset, count, isa);
+        std::memcpy(t.copy + offset, t.x + offset, size_t(count) * sizeof(float));
+        return c;
+      },
+      combine_sumsq_max);
+}
+
+void run_task(const StatsTask& t) {
+  if (t.copy != nullptr && (t.kind == StatsTask::kPlain || t.kind == StatsTask::kDifferenceAndPlain)) {
+    run_copying_task(t);
+    return;
+  }
+  if (t.kind == StatsTask::kDifferenceAndPlain) {
+    const SumSqMaxPair r = sumsq_max_difference_and_plain_parallel(t.x, t.y, t.n);
+    *t.out = r.first;
+    *t.out2 = r.second;
+    return;
+  }
+  *t.out = stats_of(t);
 }
 
 }  // namespace
@@ -360,13 +466,13 @@ SumSqMax run_task(const StatsTask& t) {
 void sumsq_max_tasks(const std::vector<StatsTask>& tasks) {
   std::vector<const StatsTask*> small;
   for (const StatsTask& t : tasks) {
-    if (t.n >= 2 * kChunk) *t.out = run_task(t);  // in parallel chunks of its own
+    if (t.n >= 2 * kChunk) run_task(t);  // in parallel chunks of its own
     else small.push_back(&t);
   }
   // One task per iteration: a parameter's statistics take microseconds, and
   // the tensors of a step are many (a GPT block has twelve).
   at::parallel_for(0, int64_t(small.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) *small[size_t(i)]->out = run_task(*small[size_t(i)]);
+    for (int64_t i = begin; i < end; ++i) run_task(*small[size_t(i)]);
   });
 }
 

@@ -74,15 +74,27 @@ BurstSteps::BurstSteps(Scenario& scenario, const HealthRules& rules, const Burst
 
 void BurstSteps::begin(const std::vector<Batch>& batches) {
   if (options_.keep_states && !result_.verdict.onset_step) {
-    capture_state_into(scenario_, entering_.tensors);  // into the last step's buffers
+    // Copied after the last step as the monitor read it (ready_), or into the last step's buffers.
+    // Something changed the state between the steps (a loop that also trains
+    // unwatched steps) when none of the copies ahead was taken: then copy here
+    // alone, and try copying ahead again every 16 steps.
+    copy_ahead_ = capture_state_into(scenario_, entering_.tensors, &ready_) > 0 || step_ % 16 == 0;
     entering_.step = step_;
-    entering_.monitor = monitor_.state();
+    // The judge entering the step, as an object: its JSON (MonitorState) only
+    // for the step that turns out to be the onset.
+    entering_.monitor.chain = monitor_.hash_chain();
+    if (entering_judge_) *entering_judge_ = monitor_.judge();  // into the last step's windows
+    else entering_judge_.emplace(monitor_.judge());
+    monitor_.begin_step(step_, batches);
+    monitor_.lend_before(entering_.tensors);  // the parameters' copies serve the update's measure too
+    return;
   }
   monitor_.begin_step(step_, batches);
 }
 
 const StepRecord& BurstSteps::finish(double step_ms) {
   Verdict& v = result_.verdict;
+  if (options_.keep_states && !v.onset_step && copy_ahead_) monitor_.copy_after_into(&ready_);  // the next step's entering state
   last_ = monitor_.finish_step();
   StepRecord& r = last_;
   ++step_;
@@ -97,6 +109,7 @@ const StepRecord& BurstSteps::finish(double step_ms) {
     v.movers = r.movers;
     v.outcome = Outcome::kExtreme;
     if (options_.keep_states) {
+      entering_.monitor.judge = entering_judge_->state();
       result_.last_healthy = std::move(entering_);
       result_.first_bad = StateSnapshot{r.step, capture_state(scenario_), monitor_.state()};
     }

@@ -52,6 +52,12 @@ class BurstSteps {
   Monitor monitor_;
   BurstResult result_;
   StateSnapshot entering_;  // the state entering the current step, until the onset
+  // The parameters and optimizer state after the last step, copied by the
+  // monitor as it read them (Monitor::copy_after_into): the next step's
+  // entering state without a copy of its own.
+  std::vector<StateCopy> ready_;
+  bool copy_ahead_ = true;                     // the last copies ahead were taken (or it is time to try again)
+  std::optional<HealthJudge> entering_judge_;  // the judge entering the current step, until the onset
   StepRecord last_;
   int64_t step_;
   bool over_ = false;

@@ -32,17 +32,27 @@ bool fused(const torch::Tensor& t) { return t.is_cpu() && t.scalar_type() == tor
 // a step's many small parameters instead of one thread reading them in turn.
 class StatsQueue {
  public:
-  void add(StatsTask::Kind kind, const torch::Tensor& x, const torch::Tensor* y, int slot) {
-    tasks_.push_back({kind, x.data_ptr<float>(), y != nullptr ? y->data_ptr<float>() : nullptr, x.numel(), nullptr});
-    slots_.push_back(slot);
+  // slot2: kDifferenceAndPlain's second result (y's statistics).
+  // copy: where to copy what the task reads (StatsTask::copy), when defined.
+  void add(StatsTask::Kind kind, const torch::Tensor& x, const torch::Tensor* y, int slot, int slot2 = -1,
+           const torch::Tensor& copy = {}) {
+    StatsTask task{kind, x.data_ptr<float>(), y != nullptr ? y->data_ptr<float>() : nullptr, x.numel(), nullptr};
+    if (copy.defined()) task.copy = copy.data_ptr<float>();
+    tasks_.push_back(task);
+    slots_.push_back({slot, slot2});
   }
   // Each result into values[slot] and values[slot + 1]: {norm, max}.
   void run(std::vector<double>& values) {
-    std::vector<SumSqMax> out(tasks_.size());
-    for (size_t j = 0; j < tasks_.size(); ++j) tasks_[j].out = &out[j];
+    std::vector<SumSqMaxPair> out(tasks_.size());
+    for (size_t j = 0; j < tasks_.size(); ++j) {
+      tasks_[j].out = &out[j].first;
+      tasks_[j].out2 = &out[j].second;
+    }
     sumsq_max_tasks(tasks_);
     for (size_t j = 0; j < tasks_.size(); ++j) {
-      std::tie(values[size_t(slots_[j])], values[size_t(slots_[j]) + 1]) = norm_max(out[j]);
+      const auto [slot, slot2] = slots_[j];
+      std::tie(values[size_t(slot)], values[size_t(slot) + 1]) = norm_max(out[j].first);
+      if (slot2 >= 0) std::tie(values[size_t(slot2)], values[size_t(slot2) + 1]) = norm_max(out[j].second);
     }
     tasks_.clear();
     slots_.clear();
@@ -50,7 +60,7 @@ class StatsQueue {
 
  private:
   std::vector<StatsTask> tasks_;
-  std::vector<int> slots_;
+  std::vector<std::pair<int, int>> slots_;
 };
 
 }  // namespace
@@ -126,6 +136,7 @@ Monitor::Monitor(Scenario& scenario, const HealthRules& rules)
     adaptive_.push_back(p.optimizer >= 0 && normalizes_updates(*optimizers_[size_t(p.optimizer)].optimizer));
   }
   before_copy_.resize(params_.size());
+  before_.resize(params_.size());
   spike_scores_ = rules.grad_spike_limit > 0;
 }
 
@@ -354,10 +365,15 @@ void Monitor::after_backward() {
     } else {
       layers_[i].before = push_stats(t);
     }
+    if (i < lent_.size() && lent_[i].copy.defined() && lent_[i].version == int64_t(t._version())) {
+      before_[i] = lent_[i].copy;  // the parameter's copy entering the step (lend_before), still its value
+      continue;
+    }
     torch::Tensor& copy = before_copy_[i];
     if (!copy.defined() || copy.sizes() != t.sizes() || copy.dtype() != t.dtype() || copy.device() != t.device()) {
       copy = torch::empty_like(t, torch::MemoryFormat::Contiguous);
     }
+    before_[i] = copy;
     if (t.is_cpu() && t.is_contiguous() && t.nbytes() <= (size_t{1} << 20)) {
       std::memcpy(copy.data_ptr(), t.data_ptr(), t.nbytes());  // a small tensor: no dispatch, no thread team
     } else {
@@ -393,24 +409,40 @@ StepRecord Monitor::finish_step() {
     layer_state[p].push_back(state_slot.size() - 1);
   }
   StatsQueue queue;
-  auto stats = [&](int slot, const torch::Tensor& t) {
-    if (fused(t)) queue.add(StatsTask::kPlain, t, nullptr, slot);
-    else put_stats(slot, t);
+  // slot's statistics of t, and t copied into `copy` (when defined) from the same read.
+  auto stats = [&](int slot, const torch::Tensor& t, const torch::Tensor& copy) {
+    if (fused(t)) {
+      queue.add(StatsTask::kPlain, t, nullptr, slot, -1, copy);
+      return;
+    }
+    put_stats(slot, t);
+    if (copy.defined()) copy.copy_(t.detach());
   };
   if (copied_) {
     for (size_t i = 0; i < params_.size(); ++i) layers_[i].update = reserve(2);
   }
   for (size_t i = params_.size(); i-- > 0;) {
-    for (size_t j : layer_state[i]) stats(state_slot[j], state[j].tensor);
+    for (size_t j : layer_state[i]) stats(state_slot[j], state[j].tensor, copy_target("optim." + state[j].name, state[j].tensor));
     const torch::Tensor& t = params_[i].tensor;
-    stats(layers_[i].after, t);
-    if (copied_) {  // the step: before − after, read from the copy and the parameter
-      torch::Tensor& before = before_copy_[i];
-      if (fused(before) && fused(t)) queue.add(StatsTask::kDifference, before, &t, layers_[i].update);
-      else put_stats(layers_[i].update, before.sub_(t.detach()));
+    const torch::Tensor copy = copy_target("model." + params_[i].name, t);
+    if (!copied_) {
+      stats(layers_[i].after, t, copy);
+      continue;
     }
+    // The step (before − after, from the copy and the parameter) and the
+    // parameter after it: one read of each.
+    const torch::Tensor& before = before_[i];
+    if (fused(before) && fused(t)) {
+      queue.add(StatsTask::kDifferenceAndPlain, before, &t, layers_[i].update, layers_[i].after, copy);
+      continue;
+    }
+    stats(layers_[i].after, t, copy);
+    // A copy of the monitor's own is overwritten; one lent by lend_before() is read only.
+    put_stats(layers_[i].update, before.is_same(before_copy_[i]) ? before_copy_[i].sub_(t.detach()) : before - t.detach());
   }
   queue.run(values_);
+  copy_after_ = nullptr;
+  copy_cursor_ = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     check(Stage::kOptimizerStep, params_[i].name, params_[i].tensor, layers_[i].after);
   }
@@ -539,6 +571,8 @@ StepRecord Monitor::finish_step() {
   judge_.judge(r);
   checks_.clear();  // release the step's tensors
   device_.clear();
+  lent_.clear();
+  std::fill(before_.begin(), before_.end(), torch::Tensor());
   return std::move(record_);
 }
 
@@ -550,6 +584,40 @@ void Monitor::abandon_step() {
   checks_.clear();  // release the step's tensors
   taps_.clear();
   copied_ = false;
+  copy_after_ = nullptr;
+  lent_.clear();
+  std::fill(before_.begin(), before_.end(), torch::Tensor());
+}
+
+torch::Tensor Monitor::copy_target(const std::string& name, const torch::Tensor& t) {
+  if (copy_after_ == nullptr) return {};
+  std::vector<StateCopy>& ready = *copy_after_;
+  // The names come in the same order every step: look where the last one was found first.
+  auto it = copy_cursor_ < ready.size() && ready[copy_cursor_].name == name
+                ? ready.begin() + std::ptrdiff_t(copy_cursor_)
+                : std::find_if(ready.begin(), ready.end(), [&](const StateCopy& c) { return c.name == name; });
+  if (it == ready.end()) it = ready.insert(ready.end(), StateCopy{name, {}, nullptr, -1});
+  copy_cursor_ = size_t(it - ready.begin()) + 1;
+  torch::Tensor& b = it->copy;
+  if (!b.defined() || b.sizes() != t.sizes() || b.dtype() != t.dtype() || b.device() != t.device() || !b.is_contiguous()) {
+    b = torch::empty_like(t, torch::MemoryFormat::Contiguous);
+  }
+  it->source = t.data_ptr();
+  it->version = int64_t(t._version());
+  return b;
+}
+
+void Monitor::lend_before(const std::vector<NamedTensor>& entering) {
+  lent_.assign(params_.size(), Lent{});
+  for (size_t i = 0; i < params_.size() && i < entering.size(); ++i) {
+    const torch::Tensor& t = params_[i].tensor;
+    const torch::Tensor& c = entering[i].tensor;
+    if (entering[i].name != "model." + params_[i].name || c.sizes() != t.sizes() || c.dtype() != t.dtype() ||
+        c.device() != t.device() || !c.is_contiguous()) {
+      continue;
+    }
+    lent_[i] = {c, int64_t(t._version())};
+  }
 }
 
 // ---- data-parallel ----

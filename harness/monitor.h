@@ -25,6 +25,7 @@
 #include "harness/health.h"
 #include "harness/record.h"
 #include "harness/state.h"
+#include "harness/state_buffers.h"
 #include "scenarios/scenario.h"
 
 namespace spikehunt {
@@ -78,7 +79,19 @@ class Monitor : public TapSink {
   void after_loss(const torch::Tensor& loss);       // the unscaled loss, once per micro-batch
   // fp16 (Trainer's LossScaler): the scale this step used and whether it was skipped.
   void note_loss_scale(double scale, bool skipped) { record_.loss_scale = scale, record_.skipped = skipped; }
+  // Between begin_step and after_backward: copies of the parameters entering
+  // this step that the caller already made (capture_state's tensors, whose
+  // first ones are the model's parameters as "model.<name>"). after_backward
+  // reads them instead of copying each parameter again while the parameter
+  // is unchanged (its version counter); they are never written, and must
+  // live until finish_step.
+  void lend_before(const std::vector<NamedTensor>& entering);
   void after_backward();     // gradients, and the parameters before the step
+  // Before finish_step: copy the parameters and the optimizer state after the
+  // step into `ready` as finish_step reads them for their statistics (one read
+  // for both), by capture_state's names, reusing the buffers there; the next
+  // capture_state_into(scenario, ..., ready) takes them instead of copying.
+  void copy_after_into(std::vector<StateCopy>* ready) { copy_after_ = ready; }
   StepRecord finish_step();  // after the optimizer step; the one host copy
   // Drops the begun step as if begin_step had not been called (a framework
   // skipped the batch: Lightning's training_step returned None).
@@ -111,6 +124,7 @@ class Monitor : public TapSink {
   // The chain and health windows between steps; restore() continues a burst
   // from a checkpoint as if it had run from step 0.
   MonitorState state() const { return {chain_, judge_.state()}; }
+  const HealthJudge& judge() const { return judge_; }  // state()'s judge as an object (copy it: cheaper than its JSON)
   void restore(const MonitorState& s);
 
  private:
@@ -150,6 +164,20 @@ class Monitor : public TapSink {
   // Each parameter as it was before this step's optimizer step (copied in
   // after_backward; the step's update is measured against it, in place).
   std::vector<torch::Tensor> before_copy_;
+  // Copies of the parameters entering the step made by someone else
+  // (lend_before), with the version each parameter had then; used instead
+  // of before_copy_ while the parameter is still that version, read only.
+  struct Lent {
+    torch::Tensor copy;
+    int64_t version = -1;
+  };
+  std::vector<Lent> lent_;
+  std::vector<torch::Tensor> before_;  // this step's "before" per parameter: before_copy_ or lent_
+  std::vector<StateCopy>* copy_after_ = nullptr;  // this step's copy_after_into
+  size_t copy_cursor_ = 0;                        // where copy_target looks first
+  // The buffer in *copy_after_ for capture_state's `name` of t, ready to be
+  // written with t's value; undefined without copy_after_into.
+  torch::Tensor copy_target(const std::string& name, const torch::Tensor& t);
   bool copied_ = false;
   std::vector<NamedOptimizer> optimizers_;
   std::vector<std::pair<int, int>> groups_;  // (optimizer, group) in order

@@ -185,7 +185,7 @@ json to_json(const StepRecord& r) {
     json layer = {{"name", l.name}, {"is_weight", l.is_weight}};
     if (l.adaptive) layer["adaptive"] = true;
     each_layer_number(l, [&](const char* key, double x) { layer[key] = number(x); });
-    layers.push_back(layer);
+    layers.push_back(std::move(layer));
   }
   json taps = json::object();
   for (const TapStats& t : r.taps) taps[t.name] = number(t.max_abs);
@@ -194,13 +194,13 @@ json to_json(const StepRecord& r) {
             {"phase_index", r.phase},
             {"epoch", r.epoch},
             {"batch", r.batch},
-            {"activations", taps},
-            {"layers", layers},
             {"input_hash", r.input_hash.hex()},
             {"label_hash", r.label_hash.hex()},
             {"health", to_string(r.health)},
             {"rules", r.rules},
             {"step_ms", r.step_ms}};
+  j["activations"] = std::move(taps);  // moved: an initializer list would copy them
+  j["layers"] = std::move(layers);
   each_step_number(r, [&](const char* key, double x) { j[key] = number(x); });
   if (r.fault) j["fault"] = to_json(*r.fault);
   if (!r.hits.empty()) j["hits"] = list_json(r.hits);
@@ -218,7 +218,7 @@ json to_json(const StepRecord& r) {
       groups.push_back({{"optimizer", g.optimizer}, {"group", g.group}, {"lr", number(g.lr)},
                         {"state_norm", number(g.state_norm)}, {"state_max", number(g.state_max)}});
     }
-    j["groups"] = groups;
+    j["groups"] = std::move(groups);
   }
   return j;
 }

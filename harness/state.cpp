@@ -63,28 +63,45 @@ std::vector<NamedTensor> capture_state(Scenario& scenario) {
   return out;
 }
 
-void capture_state_into(Scenario& scenario, std::vector<NamedTensor>& into) {
+size_t capture_state_into(Scenario& scenario, std::vector<NamedTensor>& into, std::vector<StateCopy>* ready) {
   std::vector<NamedTensor> old = std::move(into);
   into.clear();
-  size_t i = 0;
+  size_t i = 0, taken = 0;
+  auto fits = [](const torch::Tensor& b, const torch::Tensor& t) {
+    return b.defined() && b.sizes() == t.sizes() && b.dtype() == t.dtype() && b.device() == t.device() &&
+           b.is_contiguous();
+  };
   auto reusable = [&](const std::string& name, const torch::Tensor& t) -> torch::Tensor {
-    if (i < old.size() && old[i].name == name && old[i].tensor.sizes() == t.sizes() &&
-        old[i].tensor.dtype() == t.dtype() && old[i].tensor.device() == t.device() && old[i].tensor.is_contiguous()) {
-      return old[i].tensor;
-    }
+    if (i < old.size() && old[i].name == name && fits(old[i].tensor, t)) return old[i].tensor;
     return {};
   };
+  std::map<std::string, StateCopy*> by_name;
+  if (ready != nullptr) {
+    for (StateCopy& c : *ready) by_name[c.name] = &c;
+  }
   visit_state(
       scenario,
       [&](std::string name, const torch::Tensor& t) {
         torch::Tensor buffer = reusable(name, t);
-        into.push_back({std::move(name), buffer.defined() ? buffer.copy_(t) : t.clone()});
+        const auto it = by_name.find(name);
+        if (it != by_name.end() && it->second->source == t.data_ptr() &&
+            it->second->version == int64_t(t._version()) && fits(it->second->copy, t)) {
+          StateCopy& c = *it->second;  // copied ahead and still the tensor's value: swap buffers
+          into.push_back({std::move(name), c.copy});
+          c.copy = buffer;
+          c.source = nullptr;
+          c.version = -1;
+          ++taken;
+        } else {
+          into.push_back({std::move(name), buffer.defined() ? buffer.copy_(t) : t.clone()});
+        }
         ++i;
       },
       [&](std::string name, torch::Tensor t) {
         into.push_back({std::move(name), std::move(t)});
         ++i;
       });
+  return taken;
 }
 
 void restore_state(Scenario& scenario, const std::vector<NamedTensor>& tensors, const std::string& source) {

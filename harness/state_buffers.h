@@ -9,6 +9,7 @@
 //   capture_state_into(scenario, entering);   // each step; same names and order as capture_state
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "harness/record.h"
@@ -16,7 +17,21 @@
 
 namespace spikehunt {
 
+// A copy of one of the state's tensors made ahead of time (the monitor
+// writes them as it reads the parameters and optimizer state after a step:
+// Monitor::copy_after_into), with the tensor it copied and that tensor's
+// version counter then: still its value while both are the same.
+struct StateCopy {
+  std::string name;  // capture_state's: "model.<param>", "optim.<param>.<buffer>"
+  torch::Tensor copy;
+  const void* source = nullptr;
+  int64_t version = -1;
+};
+
 // `into` becomes capture_state(scenario): the same names, order and values.
-void capture_state_into(Scenario& scenario, std::vector<NamedTensor>& into);
+// With `ready`, a tensor whose copy there is still its value is taken from
+// it instead of copied, and the buffer it replaces goes back to `ready` for
+// the next copy ahead. Returns how many were taken from `ready`.
+size_t capture_state_into(Scenario& scenario, std::vector<NamedTensor>& into, std::vector<StateCopy>* ready = nullptr);
 
 }  // namespace spikehunt

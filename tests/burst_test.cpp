@@ -3,9 +3,12 @@
 // checkpoints, and the simple_cnn contract.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "harness/burst.h"
 #include "harness/checkpoint.h"
 #include "harness/monitor.h"
+#include "harness/state.h"
 #include "harness/trainer.h"
 #include "scenarios/catalog.h"
 #include "scenarios/models.h"
@@ -286,6 +289,57 @@ TEST(Burst, KeepsTheLastHealthyAndFirstBadState) {
     auto it = std::find_if(back.begin(), back.end(), [&](const NamedTensor& b) { return b.name == t.name; });
     ASSERT_NE(it, back.end()) << t.name;
     EXPECT_TRUE(torch::equal(it->tensor, t.tensor)) << t.name;
+  }
+}
+
+// With the state entering each step kept, the monitor measures the step
+// against that copy instead of one of its own: the same bits either way.
+TEST(Burst, KeepingStatesLeavesEveryStatisticBitIdentical) {
+  BurstOptions with, without;
+  with.keep_states = true;
+  const BurstResult a = run_config(default_config(), with);
+  const BurstResult b = run_config(default_config(), without);
+  ASSERT_TRUE(a.verdict.onset_step);
+  ASSERT_EQ(a.trace.recent().size(), b.trace.recent().size());
+  for (size_t k = 0; k < a.trace.recent().size(); ++k) {
+    const StepRecord &x = a.trace.recent()[k], &y = b.trace.recent()[k];
+    ASSERT_EQ(x.layers.size(), y.layers.size());
+    nlohmann::json jx = to_json(x), jy = to_json(y);
+    jx.erase("step_ms"), jy.erase("step_ms");  // the one measure of time
+    EXPECT_EQ(jx.dump(), jy.dump()) << "step " << x.step;
+    for (size_t i = 0; i < x.layers.size(); ++i) {
+      const LayerStats &l = x.layers[i], &m = y.layers[i];
+      EXPECT_TRUE(std::memcmp(&l.update_norm, &m.update_norm, sizeof(double)) == 0) << l.name << " step " << x.step;
+      EXPECT_TRUE(std::memcmp(&l.param_norm_after, &m.param_norm_after, sizeof(double)) == 0) << l.name;
+    }
+  }
+  EXPECT_GT(a.trace.recent().front().update_norm, 0.0);
+}
+
+// The state entering each step is the monitor's copy of the last step's
+// (made as it read them) or a copy of its own: either way, the last healthy
+// checkpoint is the state a burst stopped before the onset step holds.
+TEST(Burst, TheLastHealthyStateIsTheStateEnteringTheOnsetStepBitForBit) {
+  const TrainingConfig c = default_config();
+  configure_runtime(c);
+  auto kept = make_scenario(c);
+  BurstOptions o;
+  o.keep_states = true;
+  const BurstResult r = run_burst(*kept, c.health, o);
+  ASSERT_TRUE(r.last_healthy && r.verdict.onset_step);
+  ASSERT_GT(*r.verdict.onset_step, 2) << "steps copied ahead before it";
+  configure_runtime(c);
+  auto stopped = make_scenario(c);
+  BurstOptions until;
+  until.max_steps = *r.verdict.onset_step;
+  const BurstResult before = run_burst(*stopped, c.health, until);
+  EXPECT_EQ(r.last_healthy->monitor.chain.hex(), before.verdict.hash_chain.hex());
+  EXPECT_TRUE(r.last_healthy->monitor.judge.is_object() && r.last_healthy->monitor.judge.contains("loss"));
+  const std::vector<NamedTensor> want = capture_state(*stopped);
+  ASSERT_EQ(want.size(), r.last_healthy->tensors.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(want[i].name, r.last_healthy->tensors[i].name);
+    EXPECT_TRUE(torch::equal(want[i].tensor, r.last_healthy->tensors[i].tensor)) << want[i].name;
   }
 }
 

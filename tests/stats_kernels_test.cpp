@@ -2,6 +2,7 @@
 // same bits, and NaN / ±Inf land where the monitor expects them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -80,6 +81,17 @@ TEST(StatsKernels, FusedDifferenceAndSquareRatioGiveTheBitsOfTheWrittenExpressio
       EXPECT_EQ(got_q.sumsq, want_q.sumsq) << isa_name(isa) << " n=" << n;
       EXPECT_EQ(got_q.max, want_q.max) << isa_name(isa) << " n=" << n;
     }
+    for (Isa isa : supported_isas()) {  // the step and the parameter after it from one pass
+      const SumSqMaxPair both = sumsq_max_difference_and_plain(x.data(), y.data(), int64_t(n), isa);
+      EXPECT_EQ(both.first.sumsq, want_d.sumsq) << isa_name(isa) << " n=" << n;
+      EXPECT_EQ(both.first.max, want_d.max) << isa_name(isa) << " n=" << n;
+      EXPECT_EQ(both.second.sumsq, reference(y).sumsq) << isa_name(isa) << " n=" << n;
+      EXPECT_EQ(both.second.max, reference(y).max) << isa_name(isa) << " n=" << n;
+    }
+    const SumSqMaxPair par_both = sumsq_max_difference_and_plain_parallel(x.data(), y.data(), int64_t(n));
+    EXPECT_EQ(par_both.first.sumsq, sumsq_max_parallel(d.data(), int64_t(n)).sumsq) << "n=" << n;
+    EXPECT_EQ(par_both.second.sumsq, sumsq_max_parallel(y.data(), int64_t(n)).sumsq) << "n=" << n;
+    EXPECT_EQ(par_both.second.max, sumsq_max_parallel(y.data(), int64_t(n)).max) << "n=" << n;
     const SumSqMax par_d = sumsq_max_difference_parallel(x.data(), y.data(), int64_t(n));
     const SumSqMax par_q = sumsq_max_square_ratio_parallel(g.data(), v.data(), int64_t(n));
     const SumSqMax seq_d = sumsq_max_parallel(d.data(), int64_t(n)), seq_q = sumsq_max_parallel(q.data(), int64_t(n));
@@ -132,12 +144,26 @@ TEST(StatsKernels, TasksComputedTogetherGiveTheBitsOfEachAloneOnAnyThreadCount) 
     want.push_back(sumsq_max_square_ratio_parallel(data[3].data(), v.data(), int64_t(v.size())));
     tasks.push_back({StatsTask::kDifference, data[1].data(), data[1].data(), int64_t(data[1].size()), nullptr});
     want.push_back(SumSqMax{0.0, 0.0f});  // x - x
-    std::vector<SumSqMax> got(tasks.size(), SumSqMax{-1.0, -1.0f});
-    for (size_t k = 0; k < tasks.size(); ++k) tasks[k].out = &got[k];
+    // x - v into out and v into out2, small and large
+    for (size_t k : {size_t(1), size_t(3)}) {
+      std::vector<float>& y = k == 3 ? v : data[0];
+      const int64_t n = std::min<int64_t>(int64_t(data[k].size()), int64_t(y.size()));
+      tasks.push_back({StatsTask::kDifferenceAndPlain, data[k].data(), y.data(), n, nullptr});
+      want.push_back(sumsq_max_difference_parallel(data[k].data(), y.data(), n));
+    }
+    std::vector<SumSqMax> got(tasks.size(), SumSqMax{-1.0, -1.0f}), got2(tasks.size(), SumSqMax{-1.0, -1.0f});
+    for (size_t k = 0; k < tasks.size(); ++k) tasks[k].out = &got[k], tasks[k].out2 = &got2[k];
     sumsq_max_tasks(tasks);
     for (size_t k = 0; k < tasks.size(); ++k) {
       EXPECT_EQ(got[k].sumsq, want[k].sumsq) << "task " << k << ", " << t << " thread(s)";
       EXPECT_EQ(got[k].max, want[k].max) << "task " << k << ", " << t << " thread(s)";
+      if (tasks[k].kind != StatsTask::kDifferenceAndPlain) {
+        EXPECT_EQ(got2[k].sumsq, -1.0) << "task " << k << ": only the paired kind writes out2";
+        continue;
+      }
+      const SumSqMax y = sumsq_max_parallel(tasks[k].y, tasks[k].n);
+      EXPECT_EQ(got2[k].sumsq, y.sumsq) << "task " << k << ", " << t << " thread(s)";
+      EXPECT_EQ(got2[k].max, y.max) << "task " << k << ", " << t << " thread(s)";
     }
   }
   at::set_num_threads(threads);

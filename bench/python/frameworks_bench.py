@@ -21,8 +21,12 @@ alternating in one fit (even steps watched, odd ones not, of the same model: the
 callback's or the Watch's hooks stay registered and return at once), which the drift of
 a shared VM cannot skew.
 
+--own-time times the Watch's own code in each step (its hooks and its three calls)
+against a plain step of a second, identical model in the same loop: the monitor's
+cost measured apart from the step's own time, whose drift swamps a few percent here.
+
 Usage: PYTHONPATH=build/python .venv/bin/python bench/python/frameworks_bench.py [--threads 2] [--rounds 5] [--steps 40]
-       [--clock wall|thread] [--interleaved]
+       [--clock wall|thread] [--interleaved | --own-time]
 """
 import argparse
 import logging
@@ -272,6 +276,58 @@ def interleaved(steps, checkpoints, out):
     return result
 
 
+class TimedWatch(spikehunt.Watch):
+    """The Watch with the time of its forward hooks added up (own_time)."""
+    hooks = 0.0
+
+    def _collect(self, name, tensor):
+        t0 = time.perf_counter()
+        super()._collect(name, tensor)
+        TimedWatch.hooks += time.perf_counter() - t0
+
+
+def own_time(steps, checkpoints, out):
+    """{part: median ms}: the time spent in the Watch's own code in each step (its forward hooks,
+    the step's start with the checkpoint's state, after backward, after the optimizer step), and a
+    plain step of a second, identical model, from one loop: the monitor's cost without the rest of
+    the step's time, which the VM's noise swamps when whole steps are compared."""
+    torch.manual_seed(0)
+    model = SimpleCNN(0.01)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    torch.manual_seed(0)
+    other = SimpleCNN(0.01)
+    other_opt = torch.optim.SGD(other.parameters(), lr=0.05, momentum=0.9)
+    parts = {k: [] for k in ("hooks", "begin", "after backward", "after step", "own", "plain step")}
+    P = time.perf_counter
+    with TimedWatch(model, opt, out=out, taps="leaves", checkpoints=checkpoints) as w:
+        for step in range(steps):
+            TimedWatch.hooks = 0.0
+            loss = F.cross_entropy(model(X), Y)
+            outputs, taps, w._taps, w._outputs = w._outputs, w._taps, [], None
+            t0 = P()
+            w._replay([(X, Y, outputs, loss, taps)])
+            t1 = P()
+            model.zero_grad()
+            loss.backward()
+            t2 = P()
+            w._after_backward()
+            t3 = P()
+            opt.step()
+            t4 = P()
+            w._finish()
+            t5 = P()
+            other_opt.zero_grad()
+            F.cross_entropy(other(X), Y).backward()
+            other_opt.step()
+            t6 = P()
+            if step >= WARMUP:
+                for k, v in (("hooks", TimedWatch.hooks), ("begin", t1 - t0), ("after backward", t3 - t2),
+                             ("after step", t5 - t4), ("plain step", t6 - t5)):
+                    parts[k].append(v * 1000)
+                parts["own"].append(1000 * (TimedWatch.hooks + (t1 - t0) + (t3 - t2) + (t5 - t4)))
+    return {k: statistics.median(v) for k, v in parts.items()}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
@@ -281,6 +337,8 @@ def main():
                     help="instead: monitored and plain steps alternating in one fit, train and loop each")
     ap.add_argument("--clock", choices=["wall", "thread"], default="wall",
                     help="thread: the main thread's CPU time (what another process on the machine cannot inflate)")
+    ap.add_argument("--own-time", action="store_true",
+                    help="instead: the time spent in the Watch's own code a step against a plain step")
     a = ap.parse_args()
     global CLOCK
     CLOCK = time.thread_time if a.clock == "thread" else time.perf_counter
@@ -290,6 +348,23 @@ def main():
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     transformers.logging.set_verbosity_error()
     devnull = open(os.devnull, "w")
+    if a.own_time:
+        print(f"{a.threads} thread(s), torch {torch.__version__}, {a.rounds} runs of {a.steps} steps "
+              f"({WARMUP} warm-up), the motivating SimpleCNN, batch 64, taps=\"leaves\"; BLAS: {peer.blas_in_use()}")
+        print(f"{'checkpoints':>12} {'hooks':>7} {'begin':>7} {'backward':>9} {'step':>7} {'own ms':>7} "
+              f"{'plain ms':>9} {'1 + own/plain':>14}")
+        for checkpoints in (True, False):
+            for _ in range(a.rounds):
+                with tempfile.TemporaryDirectory() as out:
+                    stdout, sys.stdout = sys.stdout, devnull
+                    try:
+                        m = own_time(a.steps, checkpoints, out)
+                    finally:
+                        sys.stdout = stdout
+                print(f"{str(checkpoints):>12} {m['hooks']:7.3f} {m['begin']:7.3f} {m['after backward']:9.3f} "
+                      f"{m['after step']:7.3f} {m['own']:7.3f} {m['plain step']:9.2f} "
+                      f"{1 + m['own'] / m['plain step']:14.3f}")
+        return
     if a.interleaved:
         print(f"{a.threads} thread(s), torch {torch.__version__}, pytorch-lightning {pl.__version__}, transformers "
               f"{transformers.__version__}, {a.rounds} rounds of {a.steps} alternating steps, {a.clock} clock; "

@@ -106,3 +106,40 @@ def test_adamw_step_counts_kept_as_tensors_reach_the_checkpoint(tmp_path, fused)
     steps = {k: v for k, v in saved.items() if k.endswith(".step")}
     assert sorted(steps) == sorted(f"optim.{name}.step" for name, _ in net.named_parameters())
     assert all(v.dtype == torch.int64 and int(v) == 4 for v in steps.values()), steps
+
+
+@pytest.mark.parametrize("unwatched_every", [0, 3])
+def test_the_last_healthy_checkpoint_is_the_state_entering_the_onset_step_bit_for_bit(tmp_path, unwatched_every):
+    """The watch copies the state after each step as it reads it, for the next step's entering
+    state; a loop that changes the state between watched steps (unwatched optimizer steps, an
+    in-place edit) makes that copy stale, and the checkpoint must still be the state entering
+    the onset step, as the loop holds it there."""
+    from safetensors.torch import load_file
+    torch.manual_seed(0)
+    net = tiny.Blobs(16)
+    opt = torch.optim.SGD(net.parameters(), lr=0.5, momentum=0.9)
+    generator = torch.Generator().manual_seed(0)
+    entering = {}
+    with spikehunt.Watch(net, opt, out=str(tmp_path), num_classes=4, rules={"param_jump_limit": 1000}) as w:
+        for step in range(200):
+            x, y = tiny.blobs(32, generator)
+            if unwatched_every and step % unwatched_every == 1:
+                opt.zero_grad()
+                F.cross_entropy(net(x), y).backward()
+                opt.step()
+            if step == 7:
+                with torch.no_grad():
+                    net.fc1.weight.mul_(8.0)  # an edit between steps: the onset comes soon after
+            entering[w._core.next_step] = {f"model.{k}": v.detach().clone() for k, v in net.named_parameters()}
+            entering[w._core.next_step].update({f"optim.{k}.momentum_buffer": opt.state[p]["momentum_buffer"].clone()
+                                                for k, p in net.named_parameters() if p in opt.state})
+            w.step(F.cross_entropy(net(x), y), x, y)
+            if w.ended is not None:
+                break
+    onset = w.verdict()["onset_step"]
+    assert onset is not None and onset >= 7, w.verdict()
+    saved = load_file(os.path.join(w.path, "last_healthy.safetensors"))
+    want = entering[onset]
+    assert sorted(k for k in saved if not k.endswith(".step") and k != "rng.cpu") == sorted(want)
+    for k, v in want.items():
+        assert torch.equal(saved[k], v), k
