@@ -398,6 +398,12 @@ json to_json(const BurstSummary& s) {
   return j;
 }
 
+StepHashes step_hashes_from_json(const json& entry, size_t index, const std::string& file) {
+  const std::string field = "step_hashes[" + std::to_string(index) + "]";
+  if (!entry.is_array() || entry.size() != 2) throw InputError(file, field, entry.dump(), "is not [input, labels]");
+  return {hash_from(entry[0], field, file), hash_from(entry[1], field, file)};
+}
+
 BurstSummary summary_from_json(const json& j, const std::string& file) {
   if (!j.is_object() || !j.contains("verdict")) throw InputError(file, "verdict", "", "is missing");
   BurstSummary s;
@@ -406,11 +412,7 @@ BurstSummary summary_from_json(const json& j, const std::string& file) {
   s.first.labels = hash_from(j.value("first_label_hash", json()), "first_label_hash", file);
   const json hashes = j.value("step_hashes", json::array());
   if (!hashes.is_array()) throw InputError(file, "step_hashes", "", "is not a list");
-  for (size_t i = 0; i < hashes.size(); ++i) {
-    const std::string field = "step_hashes[" + std::to_string(i) + "]";
-    if (!hashes[i].is_array() || hashes[i].size() != 2) throw InputError(file, field, hashes[i].dump(), "is not [input, labels]");
-    s.step_hashes.push_back({hash_from(hashes[i][0], field, file), hash_from(hashes[i][1], field, file)});
-  }
+  for (size_t i = 0; i < hashes.size(); ++i) s.step_hashes.push_back(step_hashes_from_json(hashes[i], i, file));
   if (j.contains("metrics")) {
     const json& m = j["metrics"];
     RunMetrics r;

@@ -228,6 +228,9 @@ Verdict verdict_from_json(const nlohmann::json& j, const std::string& file);
 // A trace.jsonl line back into a StepRecord (every statistic the judge
 // reads; tap order is the line's). Throws InputError naming `file`.
 StepRecord step_record_from_json(const nlohmann::json& j, const std::string& file);
+// One entry of a "step_hashes" list, [input hex, labels hex]; InputError
+// naming file and step_hashes[index] otherwise.
+StepHashes step_hashes_from_json(const nlohmann::json& entry, size_t index, const std::string& file);
 BurstSummary summary_from_json(const nlohmann::json& j, const std::string& file);
 
 // "" for a healthy verdict, else its failure class: "non_finite:<stage>",

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sqlite3.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -377,6 +378,66 @@ TEST(ReproFile, NumbersThatAreNotIntegersAreClearErrors) {
   j = json::parse(text);
   j["environment"]["threads"] = 1e300;
   EXPECT_THROW(parse_repro(j.dump(), "r.repro.json"), InputError);
+}
+
+// A repro's step hashes are read into 32 bytes each as they are parsed: a
+// million of them fit in a process allowed 160 MB more than it holds (as
+// JSON values they took ~250 bytes each: 3 GB for 3 M), and a bad one is
+// named by its index.
+TEST(ReproFile, MillionsOfStepHashesAreReadInTheirOwnSizeAndABadOneIsNamed) {
+  TempDir dir;
+  const TrainingConfig c = default_config({"model.kind=mlp", "optimizer.lr=8", "dataset.synthetic_train_per_class=10",
+                                           "batch_size=8", "max_batches_per_epoch=2", "threads=1"});
+  record_repro(c, dir.file("r.repro.json"));
+  json j = json::parse(read_file(dir.file("r.repro.json")));
+  const Repro small = parse_repro(j.dump(), "r.repro.json");
+  ASSERT_EQ(int64_t(small.step_hashes.size()), small.verdict.steps_run);
+  EXPECT_EQ(small.step_hashes.back().input.hex(), j["step_hashes"].back()[0].get<std::string>());
+
+  j["step_hashes"][1][1] = "zz";
+  try {
+    parse_repro(j.dump(), "r.repro.json");
+    ADD_FAILURE() << "a bad hash was read";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(has(e.what(), "step_hashes[1]")) << e.what();
+  }
+
+  const size_t n = 1000000;
+  const json entry = j["step_hashes"][0];
+  j["step_hashes"] = json::array();
+  j["verdict"]["steps_run"] = n + 1;  // and one step short: refused once read
+  std::string text = j.dump();
+  const std::string marker = "\"step_hashes\":[]";
+  const size_t at = text.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  std::string list = "\"step_hashes\":[";
+  list.reserve(n * (entry.dump().size() + 1) + 32);
+  for (size_t i = 0; i < n; ++i) list += (i ? "," : "") + entry.dump();
+  text.replace(at, marker.size(), list + "]");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    rlim_t data = 0;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmData:", 0) == 0) data = rlim_t(std::stoll(line.substr(7))) * 1024;
+    }
+    const rlimit limit{data + (rlim_t{160} << 20), data + (rlim_t{160} << 20)};
+    if (data == 0 || setrlimit(RLIMIT_DATA, &limit) != 0) _exit(3);
+    try {
+      parse_repro(text, "r.repro.json");
+    } catch (const InputError& e) {
+      _exit(has(e.what(), "1000000 steps") && has(e.what(), "verdict.steps_run (1000001)") ? 0 : 1);
+    } catch (const std::bad_alloc&) {
+      _exit(2);
+    }
+    _exit(1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: not refused as cut short; 2: out of memory; 3: no limit set";
 }
 
 TEST(ShrinkEndToEnd, ShrinksAFailingConfigAndLeavesAHealthyOneAlone) {
