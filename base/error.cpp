@@ -9,6 +9,40 @@ namespace spikehunt {
 
 namespace {
 
+// s with control characters and bytes that are not UTF-8 written \xHH: a
+// value read from a damaged or hostile file cannot move the terminal's
+// cursor, ring its bell or split the error into lines.
+std::string shown(const std::string& s) {
+  std::string out;
+  auto hex = [&](unsigned char c) {
+    static const char* digits = "0123456789abcdef";
+    out += "\\x";
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  };
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f) hex(c);
+      else out += char(c);
+      ++i;
+      continue;
+    }
+    // a UTF-8 sequence: its length from the lead byte, then continuation bytes
+    const size_t n = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+    bool ok = n != 0 && i + n <= s.size();
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+    if (ok) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      hex(c);
+      ++i;
+    }
+  }
+  return out;
+}
+
 std::string format(const std::string& file, const std::vector<Problem>& problems) {
   std::string text;
   for (const Problem& p : problems) {
@@ -16,8 +50,8 @@ std::string format(const std::string& file, const std::vector<Problem>& problems
     const std::string& from = p.file.empty() ? file : p.file;
     text += "error: " + (from.empty() ? std::string("<input>") : from) + ": ";
     if (!p.field.empty()) {
-      text += p.field;
-      if (!p.value.empty()) text += " = " + p.value;
+      text += shown(p.field);
+      if (!p.value.empty()) text += " = " + shown(p.value);
       text += ' ';
     }
     text += p.message;

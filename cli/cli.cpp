@@ -172,6 +172,7 @@ int Cli::main(int argc, char** argv) {
     for (auto& [command, run] : impl_->verbs) {
       if (!command->parsed()) continue;
       refuse_outputs_that_are_inputs(*command, command->get_name());
+      ensure_open_files(*command, command->get_name());
       return run();
     }
   } catch (const InputError& e) {

@@ -1,6 +1,8 @@
 // flags.cpp — the parsers and flag sets several verbs share (flags.h).
 #include "cli/flags.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -174,6 +176,33 @@ void refuse_outputs_that_are_inputs(const CLI::App& command, const std::string& 
       }
     }
   }
+}
+
+void ensure_open_files(const CLI::App& command, const std::string& verb) {
+  int64_t jobs = 1;
+  if (const CLI::Option* o = command.get_option_no_throw("--jobs"); o != nullptr) {
+    try {
+      jobs = std::max<int64_t>(1, o->as<int64_t>());
+    } catch (const CLI::Error&) {
+    }
+  }
+  // Measured: a sweep holds 9 + 1 a job at once (its database and log, the
+  // lock, a socket a worker), and opens repros, checkpoints and reports
+  // besides; each worker is a LibTorch process of its own with the same limit.
+  const rlim_t need = rlim_t(64 + 8 * jobs);
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= need) return;
+  if (r.rlim_max == RLIM_INFINITY || r.rlim_max >= need) {
+    rlimit raised = r;
+    raised.rlim_cur = r.rlim_max == RLIM_INFINITY ? std::max<rlim_t>(need, 4096) : std::min<rlim_t>(r.rlim_max, std::max<rlim_t>(need, 4096));
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) return;  // as far as this session allows, for this process and its workers
+  }
+  const std::string hard = r.rlim_max == RLIM_INFINITY ? "unlimited" : std::to_string(r.rlim_max);
+  throw InputError("open files (ulimit -n)", "", "",
+                   "the limit is " + std::to_string(r.rlim_cur) + " (at most " + hard + " in this session), and `" +
+                       verb + "` with " + std::to_string(jobs) + " job(s) needs about " + std::to_string(need) +
+                       ": nothing was started",
+                   "raise it (ulimit -n 1024) and run the same command again");
 }
 
 void add_finish_flags(CLI::App* verb, FinishArgs& a, const char* budget_help, const char* shrink_bursts_names,

@@ -67,6 +67,11 @@ void refuse_foreign_output(const std::string& verb, const char* flag, const std:
 // other value it was given: an output that is one of its inputs (the same file,
 // by any path) is refused, naming both, before anything runs.
 void refuse_outputs_that_are_inputs(const CLI::App& command, const std::string& verb);
+// The limit on open files (ulimit -n) against what the parsed command needs
+// (more with more --jobs): a soft limit below it is raised as far as the hard
+// limit allows; below that, InputError before anything runs (a sweep at 12
+// ran, then failed to write its repros and report).
+void ensure_open_files(const CLI::App& command, const std::string& verb);
 
 // `lr-sensitivity`'s flags (cli/lr_sensitivity.cpp parses them):
 // "FIELD=V1,V2,..." (what --vary takes), each value one the field takes; an

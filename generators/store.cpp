@@ -74,12 +74,29 @@ std::runtime_error sqlite_failure(sqlite3* db, const std::string& context = "") 
   return std::runtime_error(text);
 }
 
+constexpr const char* kDamagedHint =
+    "its pages were overwritten or cut short. `sqlite3 DB .recover | sqlite3 recovered.db` keeps what is left "
+    "(then report on that folder); or run the sweep again into a fresh folder";
+
+// The file's content is damaged (SQLITE_CORRUPT): the
+// input's fault, said as one (exit 2) with the path and what to do; any
+// other failure as sqlite_failure says it.
+[[noreturn]] void throw_failure(sqlite3* db, const std::string& context = "") {
+  const int code = sqlite3_errcode(db);
+  if (code == SQLITE_CORRUPT) {
+    const char* file = sqlite3_db_filename(db, "main");
+    throw InputError(file && *file ? file : "<sweep database>", "", "",
+                     std::string("is damaged (SQLite: ") + sqlite3_errmsg(db) + ")", kDamagedHint);
+  }
+  throw sqlite_failure(db, context);
+}
+
 // A prepared statement that finalizes itself.
 class Statement {
  public:
   Statement(sqlite3* db, const char* sql) : db_(db) {
     if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) {
-      throw sqlite_failure(db, std::string(" in: ") + sql);
+      throw_failure(db, std::string(" in: ") + sql);
     }
   }
   ~Statement() { sqlite3_finalize(stmt_); }
@@ -104,7 +121,7 @@ class Statement {
     const int rc = sqlite3_step(stmt_);
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
-    throw sqlite_failure(db_);
+    throw_failure(db_);
   }
   std::string text(int col) const {
     const unsigned char* t = sqlite3_column_text(stmt_, col);
@@ -116,6 +133,20 @@ class Statement {
   sqlite3* db_;
   sqlite3_stmt* stmt_ = nullptr;
 };
+
+// PRAGMA quick_check: every page of the file read and its structure checked
+// (milliseconds for a sweep's database), so a damaged one is said when it is
+// opened, not found half-way through a report or a resume.
+void check_intact(sqlite3* db, const std::string& path) {
+  Statement s(db, "PRAGMA quick_check(1)");
+  if (s.step() && s.text(0) != "ok") {
+    std::string what = s.text(0);
+    if (const size_t at = what.find("***\n"); what.rfind("*** in database", 0) == 0 && at != std::string::npos) {
+      what = what.substr(at + 4);  // "*** in database main ***\n" before the problem
+    }
+    throw InputError(path, "", "", "is damaged (SQLite's quick_check: " + what + ")", kDamagedHint);
+  }
+}
 
 constexpr const char* kSchema = R"(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -211,9 +242,21 @@ SweepStore::SweepStore(const std::string& path, const std::string& space_json, u
     throw InputError(path, "", "", "cannot be opened as a database: " + why);
   }
   sqlite3_busy_timeout(db_, 5000);
+  struct CloseOnThrow {  // a throw below leaves no open handle (the destructor does not run)
+    sqlite3*& db;
+    bool armed = true;
+    ~CloseOnThrow() {
+      if (armed && db != nullptr) sqlite3_close(db);
+      if (armed) db = nullptr;
+    }
+  } close_on_throw{db_};
   try {
     exec(on_network_filesystem(path) ? "PRAGMA journal_mode=DELETE; PRAGMA synchronous=FULL;"
-                                     : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
+                                     : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+                                       // Each commit goes on into the database file at once: the log
+                                       // never holds a run the file lacks, so a -wal deleted after a
+                                       // kill (it looks like a temporary file) loses nothing.
+                                       "PRAGMA wal_autocheckpoint=1;");
     exec(kSchema);
   } catch (const std::runtime_error& e) {
     if (machine_error(db_)) {  // a full or read-only disk: the file may be a fine database
@@ -227,6 +270,7 @@ SweepStore::SweepStore(const std::string& path, const std::string& space_json, u
     db_ = nullptr;
     throw InputError(path, "", "", "is not a sweep database (" + why + ")", "give --out a fresh folder");
   }
+  check_intact(db_, path);
   auto meta = [&](const std::string& key, const std::string& value) {
     Statement get(db_, "SELECT value FROM meta WHERE key = ?");
     get.bind(1, key);
@@ -250,6 +294,7 @@ SweepStore::SweepStore(const std::string& path, const std::string& space_json, u
                      "holds a sweep with --seed " + stored_seed + ", not --seed " + std::to_string(seed),
                      "resume with --seed " + stored_seed + ", or give --out a fresh folder");
   }
+  close_on_throw.armed = false;
 }
 
 std::unique_ptr<SweepStore> SweepStore::open_read_only(const std::string& path) {
@@ -278,6 +323,7 @@ std::unique_ptr<SweepStore> SweepStore::open_read_only(const std::string& path) 
   }
   sqlite3_busy_timeout(store->db_, 5000);
   try {
+    check_intact(store->db_, path);
     Statement s(store->db_, "SELECT key, value FROM meta WHERE key IN ('space', 'seed')");
     int found = 0;
     while (s.step()) {
@@ -288,6 +334,8 @@ std::unique_ptr<SweepStore> SweepStore::open_read_only(const std::string& path) 
     Statement check(store->db_, "SELECT COUNT(*) FROM runs JOIN failures ON 0");
     check.step();
     if (found != 2) throw std::runtime_error("its meta table has no space and seed");
+  } catch (const InputError&) {
+    throw;  // damaged: said so
   } catch (const std::exception& e) {
     std::string why = e.what();
     if (const size_t at = why.find(": sqlite: "); at != std::string::npos) why = why.substr(at + 10);  // its path is said
@@ -304,7 +352,7 @@ void SweepStore::exec(const std::string& sql) const {
   char* error = nullptr;
   if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
     sqlite3_free(error);
-    throw sqlite_failure(db_);
+    throw_failure(db_);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -436,6 +437,118 @@ TEST(Reliability, BurstsTrainedAheadAreCommittedAndFoundAgainAfterAKill) {
 // What a killed writer left half-written (a trace being recorded, an atomic
 // write's temporary) is removed by the next holder of the folder's lock;
 // anything else stays.
+// A sweep killed mid-way leaves sweep.db-wal beside sweep.db; deleted (it
+// looks like a temporary file), it took every run committed since the last
+// checkpoint with it, and a resume started over without a word. Each commit
+// now reaches the database file itself.
+TEST(Reliability, ADeletedWriteAheadLogAfterAKillLosesNoCommittedRun) {
+  testing::TempDir dir;
+  const std::string db = dir.file("sweep.db");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    SweepStore store(db, "{}", 7);
+    for (int i = 0; i < 3; ++i) {
+      RunRow row;
+      row.kind = "search";
+      row.sample = i;
+      row.config_hash = "c" + std::to_string(i);
+      row.config_json = "{}";
+      row.summary = summary_of(Verdict{}, {});
+      store.add_run(std::move(row));
+    }
+    _exit(0);  // killed: no close, no checkpoint on the way out
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::error_code ec;
+  ASSERT_TRUE(std::filesystem::exists(db + "-wal")) << "a killed writer leaves its log";
+  std::filesystem::remove(db + "-wal");
+  SweepStore again(db, "{}", 7);
+  EXPECT_EQ(again.count("search"), 3);
+  EXPECT_TRUE(again.has_sample(2));
+}
+
+// A damaged database (a page overwritten) was exit 3 with SQLite's words
+// alone, or a report of the rows it could still read, or a resume that
+// started over; now it is exit 2 naming the file, what is wrong and what to
+// do, when it is opened, and the file is left as it was.
+TEST(Reliability, ADamagedSweepDatabaseIsNamedWhenOpenedAndLeftAsItWas) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("s"));
+  const std::string db = dir.file("s/sweep.db");
+  int64_t root = 0;
+  {
+    SweepStore store(db, "{}", 7);
+    for (int i = 0; i < 60; ++i) {
+      RunRow row;
+      row.kind = "search";
+      row.sample = i;
+      row.config_hash = "c" + std::to_string(i);
+      row.config_json = std::string(200, 'x');
+      row.summary = summary_of(Verdict{}, {});
+      store.add_run(std::move(row));
+    }
+  }
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+    sqlite3_stmt* q = nullptr;
+    sqlite3_prepare_v2(raw, "SELECT rootpage FROM sqlite_master WHERE name = 'runs'", -1, &q, nullptr);
+    ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+    root = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    sqlite3_close(raw);
+  }
+  ASSERT_GT(root, 1);
+  {
+    std::fstream f(db, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp((root - 1) * 4096 + 8);  // the runs table's first page, past its header: its cell pointers
+    const std::string junk = std::string(400, '\xde');
+    f.write(junk.data(), std::streamsize(junk.size()));
+  }
+  const std::string bytes = read_file(db);
+  for (const bool writer : {false, true}) {
+    try {
+      if (writer) SweepStore(db, "{}", 7);
+      else SweepStore::open_read_only(db);
+      ADD_FAILURE() << "a damaged database opened, writer " << writer;
+    } catch (const InputError& e) {
+      EXPECT_TRUE(has(e.what(), db + ": is damaged (SQLite's quick_check: ")) << e.what();
+      EXPECT_TRUE(has(e.what(), "hint: its pages were overwritten")) << e.what();
+    }
+  }
+  expect_bad_input(run_spikehunt("report " + dir.file("s")), {"sweep.db: is damaged", "hint:", ".recover"});
+  EXPECT_EQ(read_file(db), bytes);
+}
+
+// A value quoted in an error is printed with its control characters and its
+// bytes that are not UTF-8 as \xHH: a damaged or hostile file cannot write
+// escape sequences to the terminal or split the message.
+TEST(Reliability, AnErrorQuotesBytesThatAreNotTextAsHex) {
+  const InputError e("f.json", "na\nme", std::string("ok \xc3\xa9 \x1b[2J \xff end"), "is bad");
+  const std::string text = e.what();
+  EXPECT_EQ(text, "error: f.json: na\\x0ame = ok \xc3\xa9 \\x1b[2J \\xff end is bad");
+}
+
+// Under `ulimit -n 12` a sweep ran its bursts, then could not open its
+// repros and report. A soft limit too low is raised as far as the hard one
+// allows; a hard limit too low is exit 2 before anything starts.
+TEST(Reliability, TooFewOpenFilesIsSaidBeforeAnythingStarts) {
+  TempDir dir;
+  const std::string bin = SPIKEHUNT_BINARY;
+  const testing::CommandResult low =
+      testing::run_program("bash", "-c 'ulimit -n 12; exec " + bin + " sweep --runs 2 --out " + dir.file("s") + "'");
+  expect_bad_input(low, {"open files (ulimit -n): the limit is 12", "`sweep` with 2 job(s) needs about 80",
+                         "nothing was started", "hint: raise it"});
+  EXPECT_FALSE(std::filesystem::exists(dir.file("s")));
+  const testing::CommandResult soft =
+      testing::run_program("bash", "-c 'ulimit -Hn 4096; ulimit -Sn 12; exec " + bin + " doctor --signs'");
+  EXPECT_EQ(soft.exit_code, 0) << soft.output;
+  EXPECT_TRUE(has(soft.output, "label_pairing")) << soft.output;
+}
+
 TEST(Reliability, AKilledWritersHalfFilesAreRemovedByTheNextHolder) {
   TempDir dir;
   for (const char* name : {"f.trace.jsonl.partial", "sweep.json.tmp-4242", "notes.tmp-x", "f.repro.json"}) {

@@ -111,7 +111,9 @@ class Watch:
         """Starts a step over its micro-batches [(inputs, targets)]; until it finishes, taps go
         to the monitor as they come."""
         if self.ended is not None:
-            raise RuntimeError(f"the watch ended at step {self.ended['step']} ({self.ended['health']}); "
+            why = self.ended["health"] + (f": {self.ended['fault']}" if self.ended.get("fault") else
+                                          f": {', '.join(self.ended['rules'])}" if self.ended.get("rules") else "")
+            raise RuntimeError(f"the watch ended at step {self.ended['step']} ({why}), and takes no more steps; "
                                f"its results are in {self.close()}")
         self._live = True
         return self._ended_at(self._core.begin(list(batches)))
