@@ -72,6 +72,15 @@ InputError::InputError(std::string file, std::string field, std::string value,
     : InputError(std::move(file), std::vector<Problem>{{std::move(field), std::move(value),
                                                         std::move(message), std::move(hint)}}) {}
 
+InputError refiled(const InputError& e, const std::string& file, const std::string& prefix) {
+  std::vector<Problem> problems = e.problems();
+  for (Problem& p : problems) {
+    if (!p.field.empty()) p.field = prefix + p.field;
+    p.file.clear();
+  }
+  return InputError(file, std::move(problems));
+}
+
 std::vector<Problem> unfiled(std::vector<Problem> problems) {
   for (Problem& p : problems) p.file.clear();
   return problems;

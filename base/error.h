@@ -48,6 +48,10 @@ class InputError : public std::exception {
 
 // `problems` with their own files cleared, to be reported as those of the
 // input that brought them (a --set override inside a --vary, say).
+// e said of `file`, each field under `prefix`: a check that knew only the
+// config ("config") said of the file the config came from (a repro's
+// fields are under "config.").
+InputError refiled(const InputError& e, const std::string& file, const std::string& prefix = "");
 std::vector<Problem> unfiled(std::vector<Problem> problems);
 
 // What to do when a system call on an output failed with `err` (errno): a

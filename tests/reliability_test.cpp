@@ -137,9 +137,26 @@ TEST(Reliability, AModelTooLargeForTheMachineIsNamedBeforeAnythingIsAllocated) {
   const auto r = run_spikehunt("run --config " + testing::source_path("configs/gpt.json") +
                                " --set model.gpt.layers=64 --set model.gpt.width=8192 --set batch_size=65536 --out " +
                                dir.file("out"));
-  expect_bad_input(r, {"model.gpt.width = 8192, model.gpt.layers = 64", "batch_size = 65536", "the model needs about",
+  expect_bad_input(r, {"error: " + testing::source_path("configs/gpt.json") + ": model.gpt with",
+                       "model.gpt.width = 8192, model.gpt.layers = 64", "batch_size = 65536", "the model needs about",
                        "GiB available", "make the model or the batch smaller"});
   EXPECT_FALSE(std::filesystem::exists(dir.file("out"))) << "nothing written";
+  // A repro that asks for it: named by the repro's file and its config's field.
+  const auto small = run_spikehunt("run --config " + testing::source_path("configs/gpt.json") +
+                                   " --set max_batches_per_epoch=2 --set threads=1 --out " + dir.file("small"));
+  const std::vector<std::string> folders = [&] {
+    std::vector<std::string> f;
+    for (const auto& e : std::filesystem::directory_iterator(dir.file("small"))) f.push_back(e.path().string());
+    return f;
+  }();
+  ASSERT_EQ(folders.size(), 1u) << small.output;
+  nlohmann::json repro = nlohmann::json::parse(read_file(folders[0] + "/repro.json"));
+  repro["config"]["model"]["gpt"]["layers"] = 64;
+  repro["config"]["model"]["gpt"]["width"] = 8192;
+  repro["config"]["batch_size"] = 65536;
+  std::ofstream(dir.file("huge.repro.json")) << repro.dump();
+  expect_bad_input(run_spikehunt("replay " + dir.file("huge.repro.json")),
+                   {"error: " + dir.file("huge.repro.json") + ": config.model.gpt with", "the model needs about"});
   const auto mlp = run_spikehunt("doctor --set model.kind=mlp --set model.mlp_width=65536 --set model.mlp_depth=64");
   expect_bad_input(mlp, {"model.mlp_width = 65536, model.mlp_depth = 64", "the model needs about"});
 }
