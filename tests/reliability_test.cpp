@@ -454,6 +454,19 @@ TEST(Reliability, BurstsTrainedAheadAreCommittedAndFoundAgainAfterAKill) {
 // What a killed writer left half-written (a trace being recorded, an atomic
 // write's temporary) is removed by the next holder of the folder's lock;
 // anything else stays.
+// n healthy search runs, samples 0..n-1, each config `config_bytes` long.
+void add_search_runs(SweepStore& store, int n, size_t config_bytes) {
+  for (int i = 0; i < n; ++i) {
+    RunRow row;
+    row.kind = "search";
+    row.sample = i;
+    row.config_hash = "c" + std::to_string(i);
+    row.config_json = "\"" + std::string(config_bytes - 2, 'x') + "\"";
+    row.summary = summary_of(Verdict{}, {});
+    store.add_run(std::move(row));
+  }
+}
+
 // A sweep killed mid-way leaves sweep.db-wal beside sweep.db; deleted (it
 // looks like a temporary file), it took every run committed since the last
 // checkpoint with it, and a resume started over without a word. Each commit
@@ -465,15 +478,7 @@ TEST(Reliability, ADeletedWriteAheadLogAfterAKillLosesNoCommittedRun) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     SweepStore store(db, "{}", 7);
-    for (int i = 0; i < 3; ++i) {
-      RunRow row;
-      row.kind = "search";
-      row.sample = i;
-      row.config_hash = "c" + std::to_string(i);
-      row.config_json = "{}";
-      row.summary = summary_of(Verdict{}, {});
-      store.add_run(std::move(row));
-    }
+    add_search_runs(store, 3, 2);
     _exit(0);  // killed: no close, no checkpoint on the way out
   }
   int status = 0;
@@ -498,15 +503,7 @@ TEST(Reliability, ADamagedSweepDatabaseIsNamedWhenOpenedAndLeftAsItWas) {
   int64_t root = 0;
   {
     SweepStore store(db, "{}", 7);
-    for (int i = 0; i < 60; ++i) {
-      RunRow row;
-      row.kind = "search";
-      row.sample = i;
-      row.config_hash = "c" + std::to_string(i);
-      row.config_json = std::string(200, 'x');
-      row.summary = summary_of(Verdict{}, {});
-      store.add_run(std::move(row));
-    }
+    add_search_runs(store, 60, 200);
   }
   {
     sqlite3* raw = nullptr;
