@@ -385,6 +385,75 @@ def c_compare_with_a_damaged_database():
     return refused(*sh(["compare", W + "/base", W + "/dmg2"]), ["dmg2/sweep.db", "damaged"], [(db, bytes(data))])
 
 
+def c_a_stopped_worker_is_no_timeout():
+    p = subprocess.Popen([B, "sweep", "--space", SPACE, "--runs", "8", "--max-shrinks", "0", "--timeout", "3s", "--out",
+                          W + "/wstop", "--no-progress", "-j", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    time.sleep(2)
+    workers = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+    for w in workers:
+        os.kill(int(w), signal.SIGSTOP)
+    time.sleep(5)
+    for w in workers:
+        os.kill(int(w), signal.SIGCONT)
+    p.communicate(timeout=300)
+    timeouts = sqlite3.connect(W + "/wstop/sweep.db").execute("SELECT COUNT(*) FROM runs WHERE outcome = 'timeout'").fetchone()[0]
+    if not workers:
+        return "unclear", "no worker found to stop"
+    return ("clear", f"{len(workers)} worker stopped 5 s, --timeout 3s: no timeout") if timeouts == 0 else ("worse", f"{timeouts} timeouts")
+
+
+def c_two_classes_under_one_name():
+    script = put("twice.py", "import spikehunt, sys\nsys.path.insert(0, %r)\nimport tiny\n"
+                 "class Other(tiny.Tiny):\n    pass\n"
+                 "spikehunt.register('tiny', Other, params=[spikehunt.string('bug', 'none', ['none'], ''), "
+                 "spikehunt.integer('width', 16, 1, 1024, '')])\n"
+                 "spikehunt.main()\n" % os.path.dirname(TINY))
+    rc, out = sh([script, "run", "--config", TINY_JSON, "--out", W + "/tw"], program=sys.executable)
+    return refused(rc, out, ["'tiny' is already registered"]) if rc != 1 else ("unclear", out.strip()[-100:])
+
+
+def c_a_zero_initialized_head_under_sgd():
+    code = ("import torch, torch.nn.functional as F, spikehunt\ntorch.manual_seed(0)\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))\n"
+            "torch.nn.init.zeros_(m[2].weight); torch.nn.init.zeros_(m[2].bias)\n"
+            "o = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)\nworst = 'finite'\n"
+            f"with spikehunt.Watch(m, o, out={W + '/zero'!r}, num_classes=4) as w:\n"
+            "    for _ in range(30):\n        x = torch.randn(32, 8); y = torch.randint(0, 4, (32,))\n"
+            "        r = w.step(F.cross_entropy(m(x), y), x, y)\n"
+            "        worst = r['health'] if r['health'] != 'finite' else worst\nprint('worst', worst)\n")
+    rc, out = sh(["-c", code], program=sys.executable)
+    return ("clear", "healthy over 30 steps") if "worst finite" in out else ("worse", out.strip()[-100:])
+
+
+def c_guard_record_says_the_program_as_invoked():
+    s = put("suite6.json", json.dumps({"configs": [{"name": "t", "config": TINY_CFG}], "tolerances": {}}))
+    link = W + "/my-spikehunt"
+    if not os.path.exists(link):
+        os.symlink(B, link)
+    rc, out = sh(["guard", "record", "--suite", s, "--out", W + "/b6.json"], program=link)
+    return ("clear", "prints my-spikehunt guard check") if "my-spikehunt guard check" in out else ("unclear", out.strip()[-100:])
+
+
+def huge_config():
+    r = json.loads(read(REPROS[0], "r"))["config"]
+    r["model"] = {**r.get("model", {}), "kind": "gpt", "gpt": {"width": 8192, "layers": 64, "heads": 64, "context": 64}}
+    r["dataset"] = {**r.get("dataset", {}), "kind": "text"}
+    r["batch_size"] = 65536
+    return r
+
+
+def c_lr_sensitivity_of_a_huge_model():
+    p = put("huge.json", json.dumps(huge_config()))
+    return refused(*sh(["lr-sensitivity", "--config", p, "--lrs", "0.1,0.3", "--out", W + "/lrh"]), ["huge.json", "GiB"])
+
+
+def c_sweep_of_a_huge_model():
+    p = put("hugespace.json", json.dumps({"base": huge_config(), "dimensions": {"seed": {"range": [0, 3]}}}))
+    rc, out = sh(["sweep", "--space", p, "--runs", "2", "--no-progress", "--out", W + "/swh"])
+    return refused(rc, out, ["hugespace.json", "GiB"]) if "crashed" not in out else ("worse", "bursts said crashed")
+
+
 CASES = [c for n, c in sorted(globals().items()) if n.startswith("c_")]
 counts = {"clear": 0, "unclear": 0, "worse": 0}
 print(f"{len(REPROS)} repro(s) from the base sweep")

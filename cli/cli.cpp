@@ -173,7 +173,18 @@ int Cli::main(int argc, char** argv) {
       if (!command->parsed()) continue;
       refuse_outputs_that_are_inputs(*command, command->get_name());
       ensure_open_files(*command, command->get_name());
-      return run();
+      try {
+        return run();
+      } catch (const InputError& e) {
+        // A check that saw only the config (a model too large for this machine) said of the
+        // file the config came from: the verb's --config, or the sweep's --space.
+        if (e.file() != "config") throw;
+        for (const char* flag : {"--config", "--space"}) {
+          const CLI::Option* from = command->get_option_no_throw(flag);
+          if (from != nullptr && from->count() > 0) throw refiled(e, from->as<std::string>());
+        }
+        throw;
+      }
     }
   } catch (const InputError& e) {
     std::cerr << e.what() << "\n";

@@ -164,9 +164,6 @@ int run_verb(const RunArgs& a) {
     scenario = in_training_code("setup", {}, [&] { return make_scenario(config); });
   } catch (const TrainingError& e) {  // the scenario's own constructor threw: a finding
     setup_error = e;
-  } catch (const InputError& e) {  // the model too large for this machine: said of the config's file
-    if (e.file() != "config") throw;
-    throw refiled(e, a.config.empty() ? "--set" : a.config);
   }
   print_header(config, source, scenario.get(), env);
   if (scenario && config.schedule.warmup_steps > planned_optimizer_steps(*scenario)) {  // allowed, but said

@@ -11,6 +11,7 @@
 #include "base/files.h"
 #include "harness/child_verdict.h"
 #include "harness/results.h"
+#include "scenarios/catalog.h"
 
 namespace spikehunt {
 
@@ -78,6 +79,9 @@ void ChildEvaluator::stream(const std::function<std::optional<StreamJob>(bool, b
         // A burst still running may be killed and come back: not finished before it ends.
         *finished = next_finished && again.empty() && running.empty() && !job;
         if (!job) return std::nullopt;
+        // A config too large for this machine is the sweep's input, not a burst that crashed
+        // (every sample of it "crashed", shrunk to nothing, said as diverged).
+        check_fits_memory(job->second);
         const std::string stem = work_dir_ + "/burst-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++);
         save_config(job->second, stem + ".config.json");
         std::vector<std::string> argv = {binary_, "burst", "--config", stem + ".config.json", "--result", stem + ".result.json"};

@@ -219,7 +219,7 @@ std::string gib(double bytes) {
 // plus its attention scores, Korthikanti et al. 2022; an MLP layer's ~3 x width a sample). A config
 // in range whose estimate is past what the machine has left is bad input naming its fields, instead
 // of an allocation that fails deep in LibTorch (or the machine swapping).
-void check_fits_memory(const TrainingConfig& c) {
+void fits_memory(const TrainingConfig& c) {
   if (c.device != DeviceKind::kCpu) return;  // a GPU's memory is the device's: LibTorch says it
   double params = 0, activations = 0;
   std::string fields;
@@ -252,9 +252,13 @@ void check_fits_memory(const TrainingConfig& c) {
 
 }  // namespace
 
+void check_fits_memory(const TrainingConfig& config) {
+  if (config.scenario == "standard") fits_memory(config);
+}
+
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config,
                                         std::shared_ptr<const Dataset> dataset) {
-  if (config.scenario == "standard") check_fits_memory(config);
+  check_fits_memory(config);
   if (config.scenario == "standard" && config.dataset.kind == DatasetKind::kText) {
     return std::make_unique<TextScenario>(config, std::move(dataset));
   }

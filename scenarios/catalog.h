@@ -88,6 +88,11 @@ class TextScenario : public Scenario {
 // Builds config.scenario: the standard one (with shared_dataset(config.dataset))
 // or a registered one.
 std::unique_ptr<Scenario> make_scenario(const TrainingConfig& config);
+// A built-in model's (GPT, MLP) float32 memory at config, estimated before
+// anything is allocated, against what this machine has left: InputError
+// naming the fields and the estimate (file "config") when it does not fit.
+// make_scenario checks it; a sweep checks each config before a worker gets it.
+void check_fits_memory(const TrainingConfig& config);
 // config's dataset, loaded (synthetic generation, idx decoding, text) once per
 // process and shared read-only by every scenario of the same dataset config:
 // a persistent worker pays for it on its first burst only. The 4 most

@@ -157,6 +157,17 @@ TEST(Reliability, AModelTooLargeForTheMachineIsNamedBeforeAnythingIsAllocated) {
   std::ofstream(dir.file("huge.repro.json")) << repro.dump();
   expect_bad_input(run_spikehunt("replay " + dir.file("huge.repro.json")),
                    {"error: " + dir.file("huge.repro.json") + ": config.model.gpt with", "the model needs about"});
+  // Verbs that hand configs to workers: each config is checked first (every burst "crashed", and
+  // lr-sensitivity said "diverged" with exit 0). Named by the file the configs came from.
+  std::ofstream(dir.file("huge.json")) << repro["config"].dump();
+  expect_bad_input(run_spikehunt("lr-sensitivity --config " + dir.file("huge.json") + " --lrs 0.1 --out " + dir.file("l")),
+                   {"error: " + dir.file("huge.json") + ": model.gpt with", "the model needs about"});
+  std::ofstream(dir.file("space.json")) << nlohmann::json{{"base", repro["config"]},
+                                                         {"dimensions", {{"seed", {{"range", {0, 3}}}}}}}.dump();
+  const auto sweep = run_spikehunt("sweep --space " + dir.file("space.json") + " --runs 2 --no-progress --out " +
+                                   dir.file("sw"));
+  expect_bad_input(sweep, {"error: " + dir.file("space.json") + ": model.gpt with", "the model needs about"});
+  EXPECT_FALSE(has(sweep.output, "crashed")) << sweep.output;
   const auto mlp = run_spikehunt("doctor --set model.kind=mlp --set model.mlp_width=65536 --set model.mlp_depth=64");
   expect_bad_input(mlp, {"model.mlp_width = 65536, model.mlp_depth = 64", "the model needs about"});
 }
