@@ -112,6 +112,8 @@ const StepRecord& BurstSteps::finish(double step_ms) {
       entering_.monitor.judge = entering_judge_->state();
       result_.last_healthy = std::move(entering_);
       result_.first_bad = StateSnapshot{r.step, capture_state(scenario_), monitor_.state()};
+      ready_.clear();  // no state is kept entering the steps after the onset: its copies go
+      entering_judge_.reset();
     }
   }
   if (r.health == Health::kNonFinite) {
