@@ -386,16 +386,33 @@ def c_compare_with_a_damaged_database():
 
 
 def c_a_stopped_worker_is_no_timeout():
-    p = subprocess.Popen([B, "sweep", "--space", SPACE, "--runs", "8", "--max-shrinks", "0", "--timeout", "3s", "--out",
+    slow = put("slowspace.json", json.dumps({"base": {"max_batches_per_epoch": 20, "threads": 1},  # the CNN: seconds a burst
+                                             "dimensions": {"optimizer.lr": {"log_range": [0.001, 0.01]},
+                                                            "seed": {"range": [0, 50]}}}))
+    p = subprocess.Popen([B, "sweep", "--space", slow, "--runs", "6", "--max-shrinks", "0", "--timeout", "3s", "--out",
                           W + "/wstop", "--no-progress", "-j", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)
-    time.sleep(2)
-    workers = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
-    for w in workers:
-        os.kill(int(w), signal.SIGSTOP)
+    workers = []
+    for _ in range(100):  # the worker, once the sweep has started it
+        workers = subprocess.run(["pgrep", "-P", str(p.pid), "-f", " worker"], capture_output=True, text=True).stdout.split()
+        if workers:
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)
+    stopped = []
+    for w in subprocess.run(["pgrep", "-P", str(p.pid), "-f", " worker"], capture_output=True, text=True).stdout.split():
+        try:
+            os.kill(int(w), signal.SIGSTOP)
+            stopped.append(int(w))
+        except ProcessLookupError:  # retired meanwhile
+            pass
+    workers = stopped
     time.sleep(5)
     for w in workers:
-        os.kill(int(w), signal.SIGCONT)
+        try:
+            os.kill(w, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
     p.communicate(timeout=300)
     timeouts = sqlite3.connect(W + "/wstop/sweep.db").execute("SELECT COUNT(*) FROM runs WHERE outcome = 'timeout'").fetchone()[0]
     if not workers:
