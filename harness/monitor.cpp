@@ -612,8 +612,7 @@ void Monitor::lend_before(const std::vector<NamedTensor>& entering) {
   for (size_t i = 0; i < params_.size() && i < entering.size(); ++i) {
     const torch::Tensor& t = params_[i].tensor;
     const torch::Tensor& c = entering[i].tensor;
-    if (entering[i].name != "model." + params_[i].name || c.sizes() != t.sizes() || c.dtype() != t.dtype() ||
-        c.device() != t.device() || !c.is_contiguous()) {
+    if (entering[i].name != "model." + params_[i].name || !holds_copy_of(c, t)) {
       continue;
     }
     lent_[i] = {c, int64_t(t._version())};

@@ -63,16 +63,17 @@ std::vector<NamedTensor> capture_state(Scenario& scenario) {
   return out;
 }
 
+bool holds_copy_of(const torch::Tensor& buffer, const torch::Tensor& t) {
+  return buffer.defined() && buffer.sizes() == t.sizes() && buffer.dtype() == t.dtype() && buffer.device() == t.device() &&
+         buffer.is_contiguous();
+}
+
 size_t capture_state_into(Scenario& scenario, std::vector<NamedTensor>& into, std::vector<StateCopy>* ready) {
   std::vector<NamedTensor> old = std::move(into);
   into.clear();
   size_t i = 0, taken = 0;
-  auto fits = [](const torch::Tensor& b, const torch::Tensor& t) {
-    return b.defined() && b.sizes() == t.sizes() && b.dtype() == t.dtype() && b.device() == t.device() &&
-           b.is_contiguous();
-  };
   auto reusable = [&](const std::string& name, const torch::Tensor& t) -> torch::Tensor {
-    if (i < old.size() && old[i].name == name && fits(old[i].tensor, t)) return old[i].tensor;
+    if (i < old.size() && old[i].name == name && holds_copy_of(old[i].tensor, t)) return old[i].tensor;
     return {};
   };
   std::map<std::string, StateCopy*> by_name;
@@ -85,7 +86,7 @@ size_t capture_state_into(Scenario& scenario, std::vector<NamedTensor>& into, st
         torch::Tensor buffer = reusable(name, t);
         const auto it = by_name.find(name);
         if (it != by_name.end() && it->second->source == t.data_ptr() &&
-            it->second->version == int64_t(t._version()) && fits(it->second->copy, t)) {
+            it->second->version == int64_t(t._version()) && holds_copy_of(it->second->copy, t)) {
           StateCopy& c = *it->second;  // copied ahead and still the tensor's value: swap buffers
           into.push_back({std::move(name), c.copy});
           c.copy = buffer;

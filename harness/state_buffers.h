@@ -28,6 +28,10 @@ struct StateCopy {
   int64_t version = -1;
 };
 
+// Whether `buffer` can hold a copy of t as it is: defined, contiguous, and
+// t's sizes, dtype and device.
+bool holds_copy_of(const torch::Tensor& buffer, const torch::Tensor& t);
+
 // `into` becomes capture_state(scenario): the same names, order and values.
 // With `ready`, a tensor whose copy there is still its value is taken from
 // it instead of copied, and the buffer it replaces goes back to `ready` for
