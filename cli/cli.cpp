@@ -177,11 +177,13 @@ int Cli::main(int argc, char** argv) {
         return run();
       } catch (const InputError& e) {
         // A check that saw only the config (a model too large for this machine) said of the
-        // file the config came from: the verb's --config, or the sweep's --space.
+        // file the config came from: the verb's --config, the sweep's --space, or the repro
+        // replay reads (its fields under "config.").
         if (e.file() != "config") throw;
-        for (const char* flag : {"--config", "--space"}) {
+        for (const auto& [flag, prefix] : {std::pair<const char*, const char*>{"--config", ""}, {"--space", ""},
+                                           {"file", "config."}}) {
           const CLI::Option* from = command->get_option_no_throw(flag);
-          if (from != nullptr && from->count() > 0) throw refiled(e, from->as<std::string>());
+          if (from != nullptr && from->count() > 0) throw refiled(e, from->as<std::string>(), prefix);
         }
         throw;
       }

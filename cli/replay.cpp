@@ -33,14 +33,7 @@ int replay_verb(const ReplayArgs& a) {
   options.from_checkpoint = a.from_checkpoint;
   options.threads = a.threads_given ? a.threads : 0;
   // The checkpoint beside it is found from an absolute path: the training code may change directory.
-  const ReplayReport r = [&] {
-    try {
-      return replay(repro, std::filesystem::absolute(a.file).string(), options);
-    } catch (const InputError& e) {  // the model too large for this machine: said of the repro's config
-      if (e.file() != "config") throw;
-      throw refiled(e, a.file, "config.");
-    }
-  }();
+  const ReplayReport r = replay(repro, std::filesystem::absolute(a.file).string(), options);
   for (const std::string& w : r.warnings) std::cout << "warning: " << w << "\n";
   const char* from = !a.from_checkpoint ? ""
                      : r.start_step == 0 ? " (its checkpoint: the onset is the first step, so it holds the initial state)"
