@@ -1,10 +1,13 @@
 #include "harness/record.h"
 
+#include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <climits>
 #include <cstdio>
 #include <limits>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -179,49 +182,153 @@ void each_layer_number(Layer& l, V&& v) {
 
 }  // namespace
 
-json to_json(const StepRecord& r) {
-  json layers = json::array();
-  for (const LayerStats& l : r.layers) {
-    json layer = {{"name", l.name}, {"is_weight", l.is_weight}};
-    if (l.adaptive) layer["adaptive"] = true;
-    each_layer_number(l, [&](const char* key, double x) { layer[key] = number(x); });
-    layers.push_back(std::move(layer));
+namespace {
+
+// A JSON value as text, as nlohmann::json's dump() writes it: a trace line is
+// written straight into text, byte for byte what dumping its json object
+// wrote (readers, merges and tests compare lines), without building one.
+void put_double(std::string& out, double x) {  // null when not finite, as dump() writes it
+  if (!std::isfinite(x)) {
+    out += "null";
+    return;
   }
-  json taps = json::object();
-  for (const TapStats& t : r.taps) taps[t.name] = number(t.max_abs);
-  json j = {{"step", r.step},
-            {"phase", r.phase_name},
-            {"phase_index", r.phase},
-            {"epoch", r.epoch},
-            {"batch", r.batch},
-            {"input_hash", r.input_hash.hex()},
-            {"label_hash", r.label_hash.hex()},
-            {"health", to_string(r.health)},
-            {"rules", r.rules},
-            {"step_ms", r.step_ms}};
-  j["activations"] = std::move(taps);  // moved: an initializer list would copy them
-  j["layers"] = std::move(layers);
-  each_step_number(r, [&](const char* key, double x) { j[key] = number(x); });
-  if (r.fault) j["fault"] = to_json(*r.fault);
-  if (!r.hits.empty()) j["hits"] = list_json(r.hits);
-  if (!r.movers.empty()) j["movers"] = list_json(r.movers);
-  if (r.micro_batches != 1) j["micro_batches"] = r.micro_batches;
-  if (r.label_histogram.size() <= kTraceHistogramClasses) j["label_histogram"] = r.label_histogram;
-  else j["classes"] = r.label_histogram.size();  // the histogram's length, without its counts
+  char b[64];
+  out.append(b, nlohmann::detail::to_chars(b, b + sizeof b, x));
+}
+
+void put_number(std::string& out, double x) {  // number(x): non-finite as the strings "nan", "inf", "-inf"
+  if (std::isnan(x)) out += "\"nan\"";
+  else if (std::isinf(x)) out += x > 0 ? "\"inf\"" : "\"-inf\"";
+  else put_double(out, x);
+}
+
+void put_integer(std::string& out, int64_t v) {
+  char b[24];
+  out.append(b, std::to_chars(b, b + sizeof b, v).ptr);
+}
+
+void put_string(std::string& out, std::string_view s) {
+  const bool plain = std::all_of(s.begin(), s.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u >= 0x20 && u < 0x80 && c != '"' && c != '\\';
+  });
+  if (!plain) {  // escapes and UTF-8 (checked, as dump() checks it) by the library
+    out += json(std::string(s)).dump();
+    return;
+  }
+  out += '"';
+  out += s;
+  out += '"';
+}
+
+template <class T, class Put>
+void put_array(std::string& out, const std::vector<T>& items, Put&& put) {
+  out += '[';
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += ',';
+    put(out, items[i]);
+  }
+  out += ']';
+}
+
+// An object's members written in any order and dumped in the order a
+// nlohmann::json (a std::map) keeps its keys; a key given twice keeps its
+// last value, as assigning it twice does. Keys must outlive the object.
+class ObjectText {
+ public:
+  // The text the value of `key` is appended to, until the next key.
+  std::string& operator[](std::string_view key) {
+    keys_.push_back({key, text_.size()});
+    return text_;
+  }
+  void write(std::string& out) const {
+    std::vector<size_t> order(keys_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return keys_[a].key < keys_[b].key; });
+    out += '{';
+    bool first = true;
+    for (size_t k = 0; k < order.size(); ++k) {
+      const size_t i = order[k];
+      if (k + 1 < order.size() && keys_[order[k + 1]].key == keys_[i].key) continue;  // assigned again later
+      const size_t end = i + 1 < keys_.size() ? keys_[i + 1].at : text_.size();
+      if (!first) out += ',';
+      first = false;
+      put_string(out, keys_[i].key);
+      out += ':';
+      out.append(text_, keys_[i].at, end - keys_[i].at);
+    }
+    out += '}';
+  }
+
+ private:
+  struct Key {
+    std::string_view key;
+    size_t at;  // where its value starts in text_
+  };
+  std::vector<Key> keys_;
+  std::string text_;
+};
+
+}  // namespace
+
+void append_trace_line(const StepRecord& r, std::string& out) {
+  ObjectText j;
+  put_integer(j["step"], r.step);
+  put_string(j["phase"], r.phase_name);
+  put_integer(j["phase_index"], r.phase);
+  put_integer(j["epoch"], r.epoch);
+  put_integer(j["batch"], r.batch);
+  put_string(j["input_hash"], r.input_hash.hex());
+  put_string(j["label_hash"], r.label_hash.hex());
+  put_string(j["health"], to_string(r.health));
+  put_array(j["rules"], r.rules, [](std::string& o, const std::string& x) { put_string(o, x); });
+  put_double(j["step_ms"], r.step_ms);
+  ObjectText taps;
+  for (const TapStats& t : r.taps) put_number(taps[t.name], t.max_abs);
+  taps.write(j["activations"]);
+  put_array(j["layers"], r.layers, [](std::string& o, const LayerStats& l) {
+    ObjectText layer;
+    put_string(layer["name"], l.name);
+    layer["is_weight"] += l.is_weight ? "true" : "false";
+    if (l.adaptive) layer["adaptive"] += "true";
+    each_layer_number(l, [&](const char* key, double x) { put_number(layer[key], x); });
+    layer.write(o);
+  });
+  each_step_number(r, [&](const char* key, double x) { put_number(j[key], x); });
+  if (r.fault) j["fault"] += to_json(*r.fault).dump();
+  if (!r.hits.empty()) j["hits"] += list_json(r.hits).dump();
+  if (!r.movers.empty()) j["movers"] += list_json(r.movers).dump();
+  if (r.micro_batches != 1) put_integer(j["micro_batches"], r.micro_batches);
+  if (r.label_histogram.size() <= kTraceHistogramClasses) {
+    put_array(j["label_histogram"], r.label_histogram, put_integer);
+  } else {
+    put_integer(j["classes"], int64_t(r.label_histogram.size()));  // the histogram's length, without its counts
+  }
   if (r.loss_scale > 0) {
-    j["loss_scale"] = number(r.loss_scale);
-    j["skipped"] = r.skipped;
+    put_number(j["loss_scale"], r.loss_scale);
+    j["skipped"] += r.skipped ? "true" : "false";
   }
   if (r.groups.size() > 1) {
-    json groups = json::array();
-    for (const GroupStats& g : r.groups) {
-      groups.push_back({{"optimizer", g.optimizer}, {"group", g.group}, {"lr", number(g.lr)},
-                        {"state_norm", number(g.state_norm)}, {"state_max", number(g.state_max)}});
-    }
-    j["groups"] = std::move(groups);
+    put_array(j["groups"], r.groups, [](std::string& o, const GroupStats& g) {
+      ObjectText group;
+      put_string(group["optimizer"], g.optimizer);
+      put_integer(group["group"], g.group);
+      put_number(group["lr"], g.lr);
+      put_number(group["state_norm"], g.state_norm);
+      put_number(group["state_max"], g.state_max);
+      group.write(o);
+    });
   }
-  return j;
+  j.write(out);
 }
+
+std::string trace_line(const StepRecord& r) {
+  std::string line;
+  append_trace_line(r, line);
+  return line;
+}
+
+json to_json(const StepRecord& r) { return json::parse(trace_line(r)); }
 
 namespace {
 

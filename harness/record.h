@@ -221,6 +221,11 @@ nlohmann::json to_json(const Fault& f);
 nlohmann::json to_json(const RuleHit& h);
 nlohmann::json to_json(const Mover& m);
 nlohmann::json to_json(const StepRecord& r);
+// A step's trace.jsonl line (without its newline): its JSON written straight
+// as text, the same bytes as to_json(r).dump(); append_trace_line appends it
+// to `out` (a buffer kept from line to line).
+std::string trace_line(const StepRecord& r);
+void append_trace_line(const StepRecord& r, std::string& out);
 nlohmann::json to_json(const Verdict& v);
 nlohmann::json to_json(const BurstSummary& s);
 // Strict readers; throw InputError naming `file` and the field.

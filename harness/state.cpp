@@ -3,6 +3,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,7 +36,8 @@ void visit_state(Scenario& scenario, Copy&& copy, Keep&& keep) {
   for (const auto& b : model.named_buffers()) copy("model." + b.key(), b.value().detach());
   const std::vector<NamedOptimizer> optimizers = scenario.optimizers();
   for (const NamedOptimizer& o : optimizers) {
-    if (state_buffer_names(*o.optimizer).empty() && !o.optimizer->state().empty()) {
+    // The C++ state first: a Python optimizer keeps none there, and naming its buffers walks its state.
+    if (!o.optimizer->state().empty() && state_buffer_names(*o.optimizer).empty()) {
       throw std::logic_error("optimizer \"" + o.name + "\" is of a type whose state spikehunt cannot checkpoint "
                              "(SGD, Adam, AdamW, RMSprop and Adagrad it can): run without checkpoints");
     }
@@ -76,18 +78,24 @@ size_t capture_state_into(Scenario& scenario, std::vector<NamedTensor>& into, st
     if (i < old.size() && old[i].name == name && holds_copy_of(old[i].tensor, t)) return old[i].tensor;
     return {};
   };
-  std::map<std::string, StateCopy*> by_name;
-  if (ready != nullptr) {
-    for (StateCopy& c : *ready) by_name[c.name] = &c;
-  }
+  // The copies ahead come in the order the state is visited: look after the last one found first.
+  size_t cursor = 0;
+  auto copied_ahead = [&](const std::string& name) -> StateCopy* {
+    if (ready == nullptr) return nullptr;
+    if (cursor < ready->size() && (*ready)[cursor].name == name) return &(*ready)[cursor++];
+    const auto it = std::find_if(ready->begin(), ready->end(), [&](const StateCopy& c) { return c.name == name; });
+    if (it == ready->end()) return nullptr;
+    cursor = size_t(it - ready->begin()) + 1;
+    return &*it;
+  };
   visit_state(
       scenario,
       [&](std::string name, const torch::Tensor& t) {
         torch::Tensor buffer = reusable(name, t);
-        const auto it = by_name.find(name);
-        if (it != by_name.end() && it->second->source == t.data_ptr() &&
-            it->second->version == int64_t(t._version()) && holds_copy_of(it->second->copy, t)) {
-          StateCopy& c = *it->second;  // copied ahead and still the tensor's value: swap buffers
+        StateCopy* ahead = copied_ahead(name);
+        if (ahead != nullptr && ahead->source == t.data_ptr() && ahead->version == int64_t(t._version()) &&
+            holds_copy_of(ahead->copy, t)) {
+          StateCopy& c = *ahead;  // copied ahead and still the tensor's value: swap buffers
           into.push_back({std::move(name), c.copy});
           c.copy = buffer;
           c.source = nullptr;

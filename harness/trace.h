@@ -48,6 +48,7 @@ class TraceWriter {
  private:
   std::string path_;
   FILE* file_ = nullptr;
+  std::string line_;  // the line being written, its buffer kept
 };
 
 }  // namespace spikehunt

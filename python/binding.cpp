@@ -306,26 +306,51 @@ class PyOptimizer : public ForeignOptimizer {
     return {};
   }
 
+  // Read twice a watched step (its statistics, the checkpoint entering the
+  // next): through the dicts themselves, not Python calls, so it costs a
+  // lookup a parameter.
   std::optional<ParamState> read_state(const torch::Tensor& param) override {
     py::gil_scoped_acquire gil;
-    const py::object state = optimizer_.get().attr("state");
+    const py::object state = optimizer_.get().attr(state_key());
+    if (!PyDict_Check(state.ptr())) return read_state_slowly(param, state);  // a mapping of another kind
     const py::object p = python_param(param);
-    if (!py::bool_(state.attr("__contains__")(p))) return std::nullopt;
-    const py::dict s = state[p];
+    PyObject* found = PyDict_GetItemWithError(state.ptr(), p.ptr());  // no default made, as `in` makes none
+    if (found == nullptr) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      return std::nullopt;
+    }
+    if (!PyDict_Check(found)) return read_state_slowly(param, state);
+    // The known buffers of this class in their order, then the other tensors the state holds in its own.
+    const std::vector<std::string>* known = nullptr;
+    if (const auto it = known_buffers().find(class_); it != known_buffers().end()) known = &it->second;
+    std::vector<NamedTensor> known_found(known ? known->size() : 0), others;
     ParamState out;
-    std::vector<std::string> order = buffer_names_locked(&s);
-    for (const std::string& name : order) {
-      if (!s.contains(name)) continue;
-      const py::object v = s[name.c_str()];
-      if (THPVariable_Check(v.ptr()) && v.cast<torch::Tensor>().sizes() == param.sizes()) {
-        out.buffers.push_back({name, v.cast<torch::Tensor>()});
+    PyObject *key = nullptr, *value = nullptr;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(found, &at, &key, &value)) {
+      Py_ssize_t n = 0;
+      const char* text = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &n) : nullptr;
+      if (text == nullptr) {
+        PyErr_Clear();
+        return read_state_slowly(param, state);
       }
+      const std::string_view name(text, size_t(n));
+      if (name == "step") {  // a tensor is kept as one: reading it on a GPU would be a host sync a parameter
+        if (THPVariable_Check(value)) out.step_tensor = THPVariable_Unpack(value).detach();
+        else out.step = py::reinterpret_borrow<py::object>(value).cast<int64_t>();
+        continue;
+      }
+      if (!THPVariable_Check(value)) continue;
+      const torch::Tensor& t = THPVariable_Unpack(value);
+      if (t.sizes() != param.sizes()) continue;
+      const auto k = known ? std::find(known->begin(), known->end(), name) : std::vector<std::string>::const_iterator{};
+      if (known && k != known->end()) known_found[size_t(k - known->begin())] = {std::string(name), t};
+      else others.push_back({std::string(name), t});
     }
-    if (s.contains("step")) {  // a tensor is kept as one: reading it on a GPU would be a host sync a parameter
-      const py::object v = s["step"];
-      if (THPVariable_Check(v.ptr())) out.step_tensor = v.cast<torch::Tensor>().detach();
-      else out.step = v.cast<int64_t>();
+    for (NamedTensor& b : known_found) {
+      if (b.tensor.defined()) out.buffers.push_back(std::move(b));
     }
+    for (NamedTensor& b : others) out.buffers.push_back(std::move(b));
     if (out.buffers.empty()) return std::nullopt;
     return out;
   }
@@ -372,6 +397,34 @@ class PyOptimizer : public ForeignOptimizer {
   std::string kind() const override { return class_; }
 
  private:
+  static const py::str& state_key() {
+    static const py::str* key = new py::str("state");  // never freed: no Python call at exit
+    return *key;
+  }
+
+  // read_state through Python's own protocols, for a state that is not a dict of dicts.
+  std::optional<ParamState> read_state_slowly(const torch::Tensor& param, const py::object& state) const {
+    const py::object p = python_param(param);
+    if (!py::bool_(state.attr("__contains__")(p))) return std::nullopt;
+    const py::dict s = state[p];
+    ParamState out;
+    std::vector<std::string> order = buffer_names_locked(&s);
+    for (const std::string& name : order) {
+      if (!s.contains(name)) continue;
+      const py::object v = s[name.c_str()];
+      if (THPVariable_Check(v.ptr()) && v.cast<torch::Tensor>().sizes() == param.sizes()) {
+        out.buffers.push_back({name, v.cast<torch::Tensor>()});
+      }
+    }
+    if (s.contains("step")) {
+      const py::object v = s["step"];
+      if (THPVariable_Check(v.ptr())) out.step_tensor = v.cast<torch::Tensor>().detach();
+      else out.step = v.cast<int64_t>();
+    }
+    if (out.buffers.empty()) return std::nullopt;
+    return out;
+  }
+
   py::object python_param(const torch::Tensor& param) const {
     const auto it = python_params_.find(param.unsafeGetTensorImpl());
     if (it == python_params_.end()) throw std::logic_error("a parameter this optimizer does not update");

@@ -101,9 +101,9 @@ class Watch {
   // step's micro-batches (inputs, targets); per micro-batch tap() for each
   // tapped value and forward() with its outputs and loss; after_backward()
   // once the gradients are in; finish() after the optimizer step. Each returns
-  // the step's record as JSON when the step ended there (fail-fast cut it
-  // short at a non-finite value), else "".
-  std::string begin(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& micro) {
+  // the step's record (a dict) when the step ended there (fail-fast cut it
+  // short at a non-finite value), else None.
+  py::object begin(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& micro) {
     if (started_) throw std::logic_error("the watch's step began twice: a step ends with finish()");
     started_ = true;
     t0_ = std::chrono::steady_clock::now();
@@ -117,27 +117,27 @@ class Watch {
     }
     return stage([&] { steps_->begin(batches); });
   }
-  std::string tap(const std::string& name, const torch::Tensor& t) {
+  py::object tap(const std::string& name, const torch::Tensor& t) {
     return stage([&] { steps_->monitor().on_tap(interned(name), t); });
   }
   // A tap whose max |x| was taken when it was made (a CPU tensor, read while hot).
-  std::string tap_max(const std::string& name, const torch::Tensor& t, double max_abs) {
+  py::object tap_max(const std::string& name, const torch::Tensor& t, double max_abs) {
     return stage([&] { steps_->monitor().on_tap_max(interned(name), t, max_abs); });
   }
-  std::string forward(const torch::Tensor& outputs, const torch::Tensor& loss) {
+  py::object forward(const torch::Tensor& outputs, const torch::Tensor& loss) {
     return stage([&] {
       steps_->monitor().after_forward(outputs);
       steps_->monitor().after_loss(loss.detach());
     });
   }
-  std::string after_backward() {
+  py::object after_backward() {
     return stage([&] { steps_->monitor().after_backward(); });
   }
-  std::string finish() {
+  py::object finish() {
     if (!started_) throw std::logic_error("the watch's step finished before it began");
     started_ = false;
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
-    return json_of(steps_->finish(ms));
+    return record_of(steps_->finish(ms));
   }
   // The begun step did not happen (the framework skipped its batch).
   void abandon() {
@@ -176,19 +176,24 @@ class Watch {
 
  private:
   template <class F>
-  std::string stage(F&& f) {
+  py::object stage(F&& f) {
     if (!started_) throw std::logic_error("the watch's step has not begun");
     try {
       f();
     } catch (const Monitor::FailFast&) {
       return finish();
     }
-    return "";
+    return py::none();
   }
-  static std::string json_of(const StepRecord& r) {
-    nlohmann::json j = {{"step", r.step}, {"health", to_string(r.health)}, {"loss", r.loss}, {"rules", r.rules}};
-    if (r.fault) j["fault"] = r.fault->describe();
-    return j.dump();
+  // What Watch.step() returns: a dict built here, not JSON parsed again each step.
+  static py::object record_of(const StepRecord& r) {
+    py::dict d;
+    d["step"] = r.step;
+    d["health"] = to_string(r.health);
+    d["loss"] = r.loss;
+    d["rules"] = r.rules;
+    if (r.fault) d["fault"] = r.fault->describe();
+    return std::move(d);
   }
 
   TrainingConfig config_;

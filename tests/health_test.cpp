@@ -266,6 +266,82 @@ TEST(Health, TheUpdateStatisticsRoundTripThroughATraceLine) {
   EXPECT_FALSE(old.layers[0].adaptive);
 }
 
+// A trace line is written straight as text (TraceWriter, every step): the
+// same bytes nlohmann::json dumps for it (keys in their sorted order, numbers
+// in its shortest form, strings escaped as it escapes them), and every field
+// comes back from it.
+TEST(Health, ATraceLineIsTheTextItsJsonDumpsAndEveryFieldComesBack) {
+  StepRecord r = step(12);
+  r.phase_name = "B\"→A\n";
+  r.input_hash = Hash128{0x0123456789abcdefULL, 42};
+  r.loss = 2.0;
+  r.grad_norm = std::numeric_limits<double>::quiet_NaN();
+  r.grad_max = std::numeric_limits<double>::infinity();
+  r.state_max = -std::numeric_limits<double>::infinity();
+  r.param_norm_before = -0.0;
+  r.input_max = 1e-300;
+  r.output_max = 0.0001;
+  r.lr = 123456789012345678.0;
+  r.step_ms = 13.25;
+  r.micro_batches = 3;
+  r.loss_scale = 65536;
+  r.skipped = true;
+  r.taps = {{"zeta", 1.5}, {"alpha\x01", 2.5}, {"zeta", 3.5}, {"é", 1e20}};  // a name twice: its last value
+  LayerStats odd = r.layers[0];
+  odd.name = "blocks.0.\\weight";
+  odd.adaptive = true;
+  odd.update_ratio = std::numeric_limits<double>::quiet_NaN();
+  r.layers.push_back(odd);
+  r.groups = {{"opt", 0, 0.05, 1.0, 2.0}, {"opt", 1, 0.01, std::numeric_limits<double>::infinity(), 0.5}};
+  r.health = Health::kNonFinite;
+  r.rules = {"non_finite", "loss_limit"};
+  r.hits = {{"loss_limit", 50, 40, 50, ""}, {"grad_norm_limit", 1e4, 1e3, 1e4, "fc.weight"}};
+  r.movers = {{"fc.weight", "gradient", 40, 400, 10, 9}};
+  r.fault = Fault{"fc_act", Stage::kForward, 2, 1, 0, 128, 1};
+  for (size_t classes : {size_t{10}, kTraceHistogramClasses + 1}) {
+    r.label_histogram.assign(classes, 7);
+    const std::string line = trace_line(r);
+    const nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_EQ(j.dump(), line) << "the text of its own dump";
+    EXPECT_TRUE(j["loss"].is_number_float()) << "2.0 stays a float: " << j["loss"].dump();
+    EXPECT_EQ(j["step_ms"], 13.25);
+    EXPECT_EQ(j["activations"]["zeta"], 3.5);
+    EXPECT_EQ(j["activations"].size(), 3u);
+    EXPECT_EQ(j.contains("classes"), classes > kTraceHistogramClasses);
+    const StepRecord back = step_record_from_json(j, "trace.jsonl");
+    EXPECT_EQ(back.phase_name, r.phase_name);
+    EXPECT_EQ(back.input_hash.hex(), r.input_hash.hex());
+    EXPECT_TRUE(std::isnan(back.grad_norm));
+    EXPECT_EQ(back.grad_max, r.grad_max);
+    EXPECT_EQ(back.state_max, r.state_max);
+    EXPECT_TRUE(std::signbit(back.param_norm_before));
+    EXPECT_EQ(back.input_max, 1e-300);
+    EXPECT_EQ(back.output_max, 0.0001);
+    EXPECT_EQ(back.lr, r.lr);
+    EXPECT_EQ(back.micro_batches, 3);
+    EXPECT_EQ(back.loss_scale, 65536);
+    EXPECT_TRUE(back.skipped);
+    ASSERT_EQ(back.layers.size(), 2u);
+    EXPECT_EQ(back.layers[1].name, odd.name);
+    EXPECT_TRUE(back.layers[1].adaptive);
+    EXPECT_TRUE(std::isnan(back.layers[1].update_ratio));
+    EXPECT_EQ(back.layers[1].grad_norm, odd.grad_norm);
+    EXPECT_EQ(back.rules, r.rules);
+    ASSERT_EQ(back.hits.size(), 2u);
+    EXPECT_EQ(back.hits[1].tensor, "fc.weight");
+    ASSERT_EQ(back.movers.size(), 1u);
+    EXPECT_EQ(back.movers[0].since, 9);
+    ASSERT_TRUE(back.fault.has_value());
+    EXPECT_EQ(back.fault->describe(), r.fault->describe());
+    EXPECT_EQ(back.label_histogram.size(), classes > kTraceHistogramClasses ? 0u : classes);
+    ASSERT_EQ(j["groups"].size(), 2u);
+    EXPECT_EQ(j["groups"][1]["state_norm"], "inf");
+    EXPECT_EQ(j["groups"][1]["group"], 1);
+  }
+  r.layers[0].name = "\xff\xfe";  // not UTF-8: refused as dump() refuses it
+  EXPECT_THROW(trace_line(r), nlohmann::json::type_error);
+}
+
 TEST(Health, ZeroDisablesALimit) {
   HealthRules rules;
   rules.grad_norm_limit = 0;

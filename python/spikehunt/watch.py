@@ -144,11 +144,10 @@ class Watch:
     def _finish(self):
         return self._ended_at(self._core.finish())
 
-    def _ended_at(self, text):
+    def _ended_at(self, record):
         """The record of a step that ended (None while it goes on); raises under fail_fast."""
-        if not text:
+        if record is None:
             return None
-        record = json.loads(text)
         self._step = record["step"] + 1
         self._live = False
         if self._core.over:
