@@ -1,6 +1,7 @@
 // config.h — TrainingConfig: one point of the search space, as a plain struct.
 // Every field has a default (the motivating case's values where it has one);
-// JSON conversion lives in config.cpp and round-trips exactly; validate()
+// JSON conversion lives in config.cpp and round-trips exactly (reading a
+// file with its overrides in config_file.cpp, Params in params.cpp); validate()
 // names every bad field with its value and a hint.
 // Example:
 //   TrainingConfig c = load_config("configs/default.json", {"optimizer.lr=0.01"});
