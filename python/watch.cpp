@@ -3,6 +3,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -98,11 +99,11 @@ class Watch {
   }
 
   // The step's stages, in the order the loop reaches them: begin() with the
-  // step's micro-batches (inputs, targets); per micro-batch tap() for each
-  // tapped value and forward() with its outputs and loss; after_backward()
-  // once the gradients are in; finish() after the optimizer step. Each returns
-  // the step's record (a dict) when the step ended there (fail-fast cut it
-  // short at a non-finite value), else None.
+  // step's micro-batches (inputs, targets); per micro-batch taps() with its
+  // tapped values (or tap() for each as it comes) and forward() with its
+  // outputs and loss; after_backward() once the gradients are in; finish()
+  // after the optimizer step. Each returns the step's record (a dict) when the
+  // step ended there (fail-fast cut it short at a non-finite value), else None.
   py::object begin(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& micro) {
     if (started_) throw std::logic_error("the watch's step began twice: a step ends with finish()");
     started_ = true;
@@ -120,9 +121,15 @@ class Watch {
   py::object tap(const std::string& name, const torch::Tensor& t) {
     return stage([&] { steps_->monitor().on_tap(interned(name), t); });
   }
-  // A tap whose max |x| was taken when it was made (a CPU tensor, read while hot).
-  py::object tap_max(const std::string& name, const torch::Tensor& t, double max_abs) {
-    return stage([&] { steps_->monitor().on_tap_max(interned(name), t, max_abs); });
+  // A micro-batch's taps in one call: (name, tensor, its max |x| when taken as it
+  // was made, a CPU tensor read while hot; else None).
+  py::object taps(const std::vector<std::tuple<std::string, torch::Tensor, std::optional<double>>>& taps) {
+    return stage([&] {
+      for (const auto& [name, t, max_abs] : taps) {
+        if (max_abs) steps_->monitor().on_tap_max(interned(name), t, *max_abs);
+        else steps_->monitor().on_tap(interned(name), t);
+      }
+    });
   }
   py::object forward(const torch::Tensor& outputs, const torch::Tensor& loss) {
     return stage([&] {
@@ -214,7 +221,7 @@ void add_watch(py::module_& m) {
                     int64_t, int64_t, int64_t, int64_t, const py::object&>())
       .def("begin", &Watch::begin)
       .def("tap", &Watch::tap)
-      .def("tap_max", &Watch::tap_max)
+      .def("taps", &Watch::taps)
       .def("forward", &Watch::forward)
       .def("after_backward", &Watch::after_backward)
       .def("finish", &Watch::finish)

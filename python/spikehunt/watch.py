@@ -73,7 +73,7 @@ class Watch:
             return
         # The step begins after the forward (the loop hands the batch over then): a CPU tap's
         # max is taken now, while the tensor is still in cache, and handed over with it.
-        peak = _core.max_abs(tensor) if tensor.device.type == "cpu" else None
+        peak = _core.max_abs(tensor) if tensor.is_cpu else None
         self._taps.append((name, tensor, peak))
         if self.fail_fast and self.world == 1 and not (math.isfinite(peak) if peak is not None else bool(torch.isfinite(tensor).all())):
             raise NonFiniteError(f"step {self._step}: {name} (forward): {int(torch.isnan(tensor).sum())} NaN, "
@@ -126,9 +126,7 @@ class Watch:
         """A whole forward after the fact: [(inputs, targets, outputs, loss, taps)] a micro-batch."""
         record = self._begin([(m[0], m[1]) for m in micro])
         for _, _, outputs, loss, taps in micro:
-            for name, t, peak in taps:
-                record = record or self._ended_at(self._core.tap(name, t) if peak is None else
-                                                  self._core.tap_max(name, t, peak))
+            record = record or self._ended_at(self._core.taps(taps))
             record = record or self._forward(outputs, loss)
         return record
 
