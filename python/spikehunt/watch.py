@@ -95,6 +95,7 @@ class Watch:
         outputs = self._outputs if self._outputs is not None else loss.detach()
         taps, self._taps, self._outputs = self._taps, [], None
         record = self._replay([(inputs, targets, outputs, loss, taps)])
+        del taps  # the activations go as backward frees them, as in a plain loop (not at the step's end)
         if record is None:
             self.model.zero_grad()
             loss.backward()

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import sys
+import weakref
 
 import numpy
 import pytest
@@ -75,6 +76,25 @@ def test_a_per_tensor_rule_judges_the_named_parameter_alone(tmp_path):
     assert records[0]["health"] == "extreme" and records[0]["rules"] == ["param_jump_limit"], records[0]
     hits = read_json(os.path.join(w.path, "verdict.json"))["onset_hits"]
     assert [(h["rule"], h["tensor"], h["threshold"]) for h in hits] == [("param_jump_limit", "fc1.weight", 1e-9)]
+
+
+def test_a_tapped_activation_is_not_held_through_backward(tmp_path):
+    """A tap the monitor has read is let go before backward, as a plain loop lets it go: held to
+    the step's end, every step's activations would stay in memory through backward."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    tapped, alive = {}, []
+    model[0].register_forward_hook(lambda m, i, out: tapped.__setitem__("0", weakref.ref(out)))
+    # The first layer's gradient comes last in backward: the tapped output (which autograd does
+    # not save: ReLU keeps its own result) has no holder left by then.
+    model[0].weight.register_hook(lambda g: alive.append(tapped["0"]() is not None))
+    x, y = torch.randn(32, 8), torch.randint(0, 4, (32,))
+    with spikehunt.Watch(model, opt, out=str(tmp_path), taps=["0"]) as w:
+        for _ in range(3):
+            record = w.step(F.cross_entropy(model(x), y), x, y)
+    assert record["health"] == "finite"
+    assert alive == [False, False, False]
 
 
 def test_a_bad_tap_name_is_a_contract_error_naming_the_submodules():
