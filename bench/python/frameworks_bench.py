@@ -25,8 +25,16 @@ a shared VM cannot skew.
 against a plain step of a second, identical model in the same loop: the monitor's
 cost measured apart from the step's own time, whose drift swamps a few percent here.
 
+--whole-steps times whole steps: a Watch step of one model alternating with a plain step of a
+second, identical one, in one process run under glibc settings that keep freed memory (it
+re-executes itself with MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ and MALLOC_TOP_PAD_ set):
+by default glibc hands a step's large tensors back to the kernel, and the page faults of mapping
+them again (2,000 to 6,200 a SimpleCNN step, by the process's allocation history) swamp the
+comparison. Whole steps include what the own time leaves out (the hooks' slow path, the caches
+the monitor's reads evict).
+
 Usage: PYTHONPATH=build/python .venv/bin/python bench/python/frameworks_bench.py [--threads 2] [--rounds 5] [--steps 40]
-       [--clock wall|thread] [--interleaved | --own-time]
+       [--clock wall|thread] [--interleaved | --own-time | --whole-steps]
 """
 import argparse
 import logging
@@ -328,6 +336,35 @@ def own_time(steps, checkpoints, out):
     return {k: statistics.median(v) for k, v in parts.items()}
 
 
+STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "4294967295", "MALLOC_TRIM_THRESHOLD_": "4294967295",
+                 "MALLOC_TOP_PAD_": "268435456"}
+
+
+def whole_steps(steps, checkpoints, out):
+    """(watched ms, plain ms): the medians of whole steps, a Watch step of one SimpleCNN alternating
+    with a plain step of a second, identical one (taps="leaves")."""
+    torch.manual_seed(0)
+    model = SimpleCNN(0.01)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    torch.manual_seed(0)
+    other = SimpleCNN(0.01)
+    other_opt = torch.optim.SGD(other.parameters(), lr=0.05, momentum=0.9)
+    watched, plain = [], []
+    with spikehunt.Watch(model, opt, out=out, taps="leaves", checkpoints=checkpoints) as w:
+        for step in range(steps):
+            t0 = CLOCK()
+            w.step(F.cross_entropy(model(X), Y), X, Y)
+            t1 = CLOCK()
+            other_opt.zero_grad()
+            F.cross_entropy(other(X), Y).backward()
+            other_opt.step()
+            t2 = CLOCK()
+            if step >= WARMUP:
+                watched.append((t1 - t0) * 1000)
+                plain.append((t2 - t1) * 1000)
+    return statistics.median(watched), statistics.median(plain)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
@@ -337,6 +374,9 @@ def main():
                     help="instead: monitored and plain steps alternating in one fit, train and loop each")
     ap.add_argument("--clock", choices=["wall", "thread"], default="wall",
                     help="thread: the main thread's CPU time (what another process on the machine cannot inflate)")
+    ap.add_argument("--whole-steps", action="store_true",
+                    help="instead: whole Watch steps against plain steps of a second model, alternating, "
+                         "under glibc settings that keep freed memory")
     ap.add_argument("--own-time", action="store_true",
                     help="instead: the time spent in the Watch's own code a step against a plain step")
     a = ap.parse_args()
@@ -348,6 +388,23 @@ def main():
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     transformers.logging.set_verbosity_error()
     devnull = open(os.devnull, "w")
+    if a.whole_steps:
+        if any(os.environ.get(k) != v for k, v in STEADY_MALLOC.items()):
+            os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **STEADY_MALLOC})
+        print(f"{a.threads} thread(s), torch {torch.__version__}, {a.rounds} runs of {a.steps} alternating steps "
+              f"({WARMUP} warm-up), the motivating SimpleCNN, batch 64, taps=\"leaves\", "
+              f"{' '.join(f'{k}={v}' for k, v in STEADY_MALLOC.items())}; BLAS: {peer.blas_in_use()}")
+        print(f"{'checkpoints':>12} {'watched ms':>11} {'plain ms':>9} {'ratio':>7}")
+        for checkpoints in (True, False):
+            for _ in range(a.rounds):
+                with tempfile.TemporaryDirectory() as out:
+                    stdout, sys.stdout = sys.stdout, devnull
+                    try:
+                        on, off = whole_steps(a.steps, checkpoints, out)
+                    finally:
+                        sys.stdout = stdout
+                print(f"{str(checkpoints):>12} {on:11.3f} {off:9.3f} {on / off:7.3f}")
+        return
     if a.own_time:
         print(f"{a.threads} thread(s), torch {torch.__version__}, {a.rounds} runs of {a.steps} steps "
               f"({WARMUP} warm-up), the motivating SimpleCNN, batch 64, taps=\"leaves\"; BLAS: {peer.blas_in_use()}")
