@@ -2,6 +2,7 @@
 same loop as tests/python/tiny.py's scenario, written as a plain PyTorch loop,
 gives the same trace as `tiny.py run`; a loop that blows up is non-finite with
 its first non-finite tensor named; fail_fast raises at it."""
+import collections.abc
 import json
 import os
 import random
@@ -127,6 +128,63 @@ def test_adamw_step_counts_kept_as_tensors_reach_the_checkpoint(tmp_path, fused)
     steps = {k: v for k, v in saved.items() if k.endswith(".step")}
     assert sorted(steps) == sorted(f"optim.{name}.step" for name, _ in net.named_parameters())
     assert all(v.dtype == torch.int64 and int(v) == 4 for v in steps.values()), steps
+
+
+class _StateMapping(collections.abc.MutableMapping):
+    """An optimizer's `state` that is a mapping but not a dict (as a wrapping optimizer may keep it)."""
+    asked = 0  # `in` asked of it: the monitor read it through Python's protocols
+
+    def __init__(self):
+        self._d = collections.defaultdict(dict)
+
+    def __getitem__(self, key):
+        return self._d[key]
+
+    def __setitem__(self, key, value):
+        self._d[key] = value
+
+    def __delitem__(self, key):
+        del self._d[key]
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self):
+        return len(self._d)
+
+    def __contains__(self, key):
+        _StateMapping.asked += 1
+        return key in self._d
+
+
+def test_an_optimizer_state_that_is_not_a_dict_is_checkpointed_as_a_dict_one_is(tmp_path):
+    """The monitor reads a torch.optim state (a dict of dicts) through the dicts themselves; a
+    state of another mapping type goes through Python's protocols and gives the same checkpoint."""
+    from safetensors.torch import load_file
+    saved = []
+    for kind, mapping in (("dict", None), ("mapping", _StateMapping)):
+        torch.manual_seed(0)
+        net = tiny.Blobs(16)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        if mapping is not None:
+            opt.state = mapping()
+        generator = torch.Generator().manual_seed(0)
+        with spikehunt.Watch(net, opt, out=str(tmp_path / kind), num_classes=4) as w:
+            for step in range(6):
+                if step == 4:
+                    with torch.no_grad():
+                        next(net.parameters())[0, 0] = float("inf")
+                x, y = tiny.blobs(32, generator)
+                w.step(F.cross_entropy(net(x), y), x, y)
+                if w.ended is not None:
+                    break
+        assert w.ended["step"] == 4
+        saved.append(load_file(os.path.join(w.path, "last_healthy.safetensors")))
+    buffers = sorted(k for k in saved[0] if k.endswith(".momentum_buffer"))
+    assert buffers == sorted(f"optim.{name}.momentum_buffer" for name, _ in tiny.Blobs(16).named_parameters())
+    assert sorted(saved[1]) == sorted(saved[0])
+    assert all(torch.equal(saved[0][k], saved[1][k]) for k in saved[0])
+    assert _StateMapping.asked > 0
 
 
 @pytest.mark.parametrize("unwatched_every", [0, 3])
