@@ -294,17 +294,22 @@ class TimedWatch(spikehunt.Watch):
         TimedWatch.hooks += time.perf_counter() - t0
 
 
+def two_cnns():
+    """Two identical SimpleCNNs with their SGD optimizers: one watched, one plain beside it."""
+    pairs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = SimpleCNN(0.01)
+        pairs.append((model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)))
+    return pairs
+
+
 def own_time(steps, checkpoints, out):
     """{part: median ms}: the time spent in the Watch's own code in each step (its forward hooks,
     the step's start with the checkpoint's state, after backward, after the optimizer step), and a
     plain step of a second, identical model, from one loop: the monitor's cost without the rest of
     the step's time, which the VM's noise swamps when whole steps are compared."""
-    torch.manual_seed(0)
-    model = SimpleCNN(0.01)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    torch.manual_seed(0)
-    other = SimpleCNN(0.01)
-    other_opt = torch.optim.SGD(other.parameters(), lr=0.05, momentum=0.9)
+    (model, opt), (other, other_opt) = two_cnns()
     parts = {k: [] for k in ("hooks", "begin", "after backward", "after step", "own", "plain step")}
     P = time.perf_counter
     with TimedWatch(model, opt, out=out, taps="leaves", checkpoints=checkpoints) as w:
@@ -343,12 +348,7 @@ STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "4294967295", "MALLOC_TRIM_THRESHOLD_
 def whole_steps(steps, checkpoints, out):
     """(watched ms, plain ms): the medians of whole steps, a Watch step of one SimpleCNN alternating
     with a plain step of a second, identical one (taps="leaves")."""
-    torch.manual_seed(0)
-    model = SimpleCNN(0.01)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    torch.manual_seed(0)
-    other = SimpleCNN(0.01)
-    other_opt = torch.optim.SGD(other.parameters(), lr=0.05, momentum=0.9)
+    (model, opt), (other, other_opt) = two_cnns()
     watched, plain = [], []
     with spikehunt.Watch(model, opt, out=out, taps="leaves", checkpoints=checkpoints) as w:
         for step in range(steps):

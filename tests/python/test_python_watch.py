@@ -104,17 +104,12 @@ def test_a_bad_tap_name_is_a_contract_error_naming_the_submodules():
         spikehunt.Watch(net, torch.optim.SGD(net.parameters(), lr=0.1), taps=["fc3"])
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_adamw_step_counts_kept_as_tensors_reach_the_checkpoint(tmp_path, fused):
-    """torch.optim's AdamW keeps each parameter's step count as a tensor (on the parameter's
-    device when fused); the watch reads it as a tensor (no host copy on a GPU) and the
-    checkpoint entering the failure holds every parameter's count as an integer."""
+def _last_healthy_of_a_blow_up_at_step_4(net, opt, out):
+    """Trains tiny.Blobs under a Watch until step 4 puts +Inf into its first parameter; the
+    checkpoint entering step 4, as a dict of tensors."""
     from safetensors.torch import load_file
-    torch.manual_seed(0)
-    net = tiny.Blobs(16)
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-3, fused=fused)
     generator = torch.Generator().manual_seed(0)
-    with spikehunt.Watch(net, opt, out=str(tmp_path), num_classes=4) as w:
+    with spikehunt.Watch(net, opt, out=str(out), num_classes=4) as w:
         for step in range(6):
             if step == 4:
                 with torch.no_grad():
@@ -124,7 +119,18 @@ def test_adamw_step_counts_kept_as_tensors_reach_the_checkpoint(tmp_path, fused)
             if w.ended is not None:
                 break
     assert w.ended["step"] == 4
-    saved = load_file(os.path.join(w.path, "last_healthy.safetensors"))
+    return load_file(os.path.join(w.path, "last_healthy.safetensors"))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_adamw_step_counts_kept_as_tensors_reach_the_checkpoint(tmp_path, fused):
+    """torch.optim's AdamW keeps each parameter's step count as a tensor (on the parameter's
+    device when fused); the watch reads it as a tensor (no host copy on a GPU) and the
+    checkpoint entering the failure holds every parameter's count as an integer."""
+    torch.manual_seed(0)
+    net = tiny.Blobs(16)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3, fused=fused)
+    saved = _last_healthy_of_a_blow_up_at_step_4(net, opt, tmp_path)
     steps = {k: v for k, v in saved.items() if k.endswith(".step")}
     assert sorted(steps) == sorted(f"optim.{name}.step" for name, _ in net.named_parameters())
     assert all(v.dtype == torch.int64 and int(v) == 4 for v in steps.values()), steps
@@ -160,7 +166,6 @@ class _StateMapping(collections.abc.MutableMapping):
 def test_an_optimizer_state_that_is_not_a_dict_is_checkpointed_as_a_dict_one_is(tmp_path):
     """The monitor reads a torch.optim state (a dict of dicts) through the dicts themselves; a
     state of another mapping type goes through Python's protocols and gives the same checkpoint."""
-    from safetensors.torch import load_file
     saved = []
     for kind, mapping in (("dict", None), ("mapping", _StateMapping)):
         torch.manual_seed(0)
@@ -168,18 +173,7 @@ def test_an_optimizer_state_that_is_not_a_dict_is_checkpointed_as_a_dict_one_is(
         opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
         if mapping is not None:
             opt.state = mapping()
-        generator = torch.Generator().manual_seed(0)
-        with spikehunt.Watch(net, opt, out=str(tmp_path / kind), num_classes=4) as w:
-            for step in range(6):
-                if step == 4:
-                    with torch.no_grad():
-                        next(net.parameters())[0, 0] = float("inf")
-                x, y = tiny.blobs(32, generator)
-                w.step(F.cross_entropy(net(x), y), x, y)
-                if w.ended is not None:
-                    break
-        assert w.ended["step"] == 4
-        saved.append(load_file(os.path.join(w.path, "last_healthy.safetensors")))
+        saved.append(_last_healthy_of_a_blow_up_at_step_4(net, opt, tmp_path / kind))
     buffers = sorted(k for k in saved[0] if k.endswith(".momentum_buffer"))
     assert buffers == sorted(f"optim.{name}.momentum_buffer" for name, _ in tiny.Blobs(16).named_parameters())
     assert sorted(saved[1]) == sorted(saved[0])
