@@ -32,7 +32,10 @@ TraceWriter::TraceWriter(std::string path) : path_(std::move(path)) {
   }
   // Read by nothing before close(): a large buffer, so a step's line (a few KB
   // per step) is a write(2) every few dozen steps instead of nearly every step.
-  std::setvbuf(file_, nullptr, _IOFBF, size_t(1) << 16);
+  // glibc sizes a buffer it allocates itself by the file's block size (4 KB),
+  // whatever size setvbuf is given: the buffer is the writer's own.
+  buffer_ = std::make_unique<char[]>(kBufferBytes);
+  std::setvbuf(file_, buffer_.get(), _IOFBF, kBufferBytes);
 }
 
 TraceWriter::~TraceWriter() {

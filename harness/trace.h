@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,8 @@ class Trace {
 // after close() (written as "path.partial" until then).
 class TraceWriter {
  public:
+  static constexpr size_t kBufferBytes = size_t{1} << 16;  // lines held before a write(2)
+
   explicit TraceWriter(std::string path);
   ~TraceWriter();
   void write(const StepRecord& r);
@@ -47,6 +50,7 @@ class TraceWriter {
 
  private:
   std::string path_;
+  std::unique_ptr<char[]> buffer_;  // stdio's buffer (glibc ignores a size given without one); outlives file_
   FILE* file_ = nullptr;
   std::string line_;  // the line being written, its buffer kept
 };

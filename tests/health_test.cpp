@@ -1,12 +1,16 @@
 // Tests harness/health.h: every rule fires on a planted value, stays silent
 // below it, spike rules wait for a full window and respect their floors.
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 
 #include <gtest/gtest.h>
 
 #include "harness/health.h"
+#include "harness/trace.h"
+#include "temp_dir.h"
 
 namespace spikehunt {
 namespace {
@@ -130,7 +134,7 @@ TEST(Health, AnAdaptiveOptimizersWeightIsJudgedByItsStepAgainstLr) {
   r.layers[0].adaptive = true;
   r.layers[0].update_ratio = r.update_ratio = 1.0;
   r = judged(judge, r);
-  EXPECT_EQ(r.health, Health::kFinite) << testing::PrintToString(r.rules);
+  EXPECT_EQ(r.health, Health::kFinite) << ::testing::PrintToString(r.rules);
   StepRecord sgd = step(1);
   sgd.layers[0].param_norm_after = sgd.layers[0].param_norm_before * 1.6;
   EXPECT_TRUE(fired(judged(judge, sgd), "param_jump_limit")) << "SGD: as before";
@@ -204,7 +208,7 @@ TEST(Health, APerTensorThresholdReplacesTheModelWideOneForThatTensorAlone) {
   taps.taps = {{"blocks.0.attn_logits", 3e3}, {"blocks.1.attn_logits", 900}, {"quiet_act", 9e9}};
   taps.activation_max = 9e9;
   const StepRecord calm = judged(judge, taps);
-  EXPECT_EQ(calm.health, Health::kFinite) << testing::PrintToString(calm.rules);
+  EXPECT_EQ(calm.health, Health::kFinite) << ::testing::PrintToString(calm.rules);
   taps.step = 4;
   taps.taps[1].max_abs = 2e3;
   taps = judged(judge, taps);
@@ -226,7 +230,7 @@ TEST(Health, PerTensorRulesThatJudgeNoTensorAreNamed) {
   rules.layers["fc.weigth"].param_jump_limit = 2;
   rules.layers["fc_act"].attention_logit_limit = 2e3;
   const std::vector<std::string> lines = unused_layer_rules(rules, step(0));
-  ASSERT_EQ(lines.size(), 2u) << testing::PrintToString(lines);
+  ASSERT_EQ(lines.size(), 2u) << ::testing::PrintToString(lines);
   EXPECT_EQ(lines[0], "health.layers: \"fc.weigth\" is neither a parameter nor a tap of this model "
                       "(did you mean \"fc.weight\"?)");
   EXPECT_EQ(lines[1], "health.layers.fc_act.attention_logit_limit: that rule does not judge fc_act "
@@ -340,6 +344,31 @@ TEST(Health, ATraceLineIsTheTextItsJsonDumpsAndEveryFieldComesBack) {
   }
   r.layers[0].name = "\xff\xfe";  // not UTF-8: refused as dump() refuses it
   EXPECT_THROW(trace_line(r), nlohmann::json::type_error);
+}
+
+// The trace file is written a buffer at a time, not a write(2) per step's
+// line: lines adding up to less than the buffer are all still in it (the
+// .partial file empty), and close() writes every one.
+TEST(Health, TraceLinesGoToTheFileABufferAtATime) {
+  testing::TempDir dir;
+  const std::string path = dir.file("trace.jsonl");
+  TraceWriter writer(path);
+  size_t bytes = 0;
+  int64_t lines = 0;
+  for (; bytes + trace_line(step(lines)).size() + 1 < TraceWriter::kBufferBytes; ++lines) {
+    bytes += trace_line(step(lines)).size() + 1;
+    writer.write(step(lines));
+  }
+  ASSERT_GT(lines, 4) << "several lines, more than glibc's 4 KB default buffer holds";
+  ASSERT_GT(bytes, size_t{4096});
+  EXPECT_EQ(std::filesystem::file_size(path + ".partial"), 0u) << "written before the buffer was full";
+  writer.close();
+  std::ifstream in(path);
+  std::string line;
+  int64_t back = 0;
+  while (std::getline(in, line)) EXPECT_EQ(step_record_from_json(nlohmann::json::parse(line), path).step, back++);
+  EXPECT_EQ(back, lines);
+  EXPECT_EQ(std::filesystem::file_size(path), bytes);
 }
 
 TEST(Health, ZeroDisablesALimit) {
