@@ -31,9 +31,10 @@ namespace {
 template <class Copy, class Keep>
 void visit_state(Scenario& scenario, Copy&& copy, Keep&& keep) {
   torch::NoGradGuard no_grad;
-  torch::nn::Module& model = scenario.model();
-  for (const auto& p : model.named_parameters()) copy("model." + p.key(), p.value().detach());
-  for (const auto& b : model.named_buffers()) copy("model." + b.key(), b.value().detach());
+  // The parameters in the model's order, each with its optimizer: one walk of the model's tree.
+  const std::vector<ParamSlot> slots = parameter_slots(scenario);
+  for (const ParamSlot& p : slots) copy("model." + p.name, p.tensor.detach());
+  for (const auto& b : scenario.model().named_buffers()) copy("model." + b.key(), b.value().detach());
   const std::vector<NamedOptimizer> optimizers = scenario.optimizers();
   for (const NamedOptimizer& o : optimizers) {
     // The C++ state first: a Python optimizer keeps none there, and naming its buffers walks its state.
@@ -43,7 +44,7 @@ void visit_state(Scenario& scenario, Copy&& copy, Keep&& keep) {
     }
   }
   std::vector<NamedTensor> steps;
-  for (const ParamSlot& p : parameter_slots(scenario)) {
+  for (const ParamSlot& p : slots) {
     if (p.optimizer < 0) continue;
     std::optional<ParamState> s = param_state(*optimizers[size_t(p.optimizer)].optimizer, p.tensor);
     if (!s) continue;

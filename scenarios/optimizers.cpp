@@ -1,6 +1,7 @@
 #include "scenarios/optimizers.h"
 
 #include <map>
+#include <unordered_map>
 
 namespace spikehunt {
 
@@ -49,8 +50,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& o
 
 std::vector<ParamSlot> parameter_slots(Scenario& scenario) {
   std::vector<ParamSlot> slots;
-  std::map<const void*, size_t> index;
-  for (const auto& item : scenario.model().named_parameters()) {
+  const auto named = scenario.model().named_parameters();
+  std::unordered_map<const void*, size_t> index(named.size());
+  for (const auto& item : named) {
     index[item.value().unsafeGetTensorImpl()] = slots.size();
     slots.push_back({item.key(), item.value(), -1, -1});
   }
