@@ -11,9 +11,10 @@ process, one run, rounds interleaved:
   ..., no ckpt            spikehunt's rows with checkpoints=False: no copy of the state entering
                           each step (what the last-healthy checkpoint costs)
 
-Each row is the median over rounds of the median time of a training batch
+Each row is the median over rounds of the mean time of a training batch
 (on_train_batch_start to on_train_batch_end; the Trainer's on_step_begin to
-on_step_end; the loop's step), after warm-up batches. Prints ms per step and
+on_step_end; the loop's step), after warm-up batches, the slowest 2% left out
+(mean_but_slowest: a cost paid every few steps stays in, as a median would not keep it). Prints ms per step and
 each row's ratio to its framework's plain row, and the BLAS LibTorch calls.
 
 --interleaved measures each callback (and the Watch) with monitored and plain steps
@@ -33,8 +34,10 @@ them again (2,000 to 6,200 a SimpleCNN step, by the process's allocation history
 comparison. Whole steps include what the own time leaves out (the hooks' slow path, the caches
 the monitor's reads evict).
 
+--steady-malloc runs the other modes under those settings too.
+
 Usage: PYTHONPATH=build/python .venv/bin/python bench/python/frameworks_bench.py [--threads 2] [--rounds 5] [--steps 40]
-       [--clock wall|thread] [--interleaved | --own-time | --whole-steps]
+       [--clock wall|thread] [--interleaved | --own-time | --whole-steps] [--steady-malloc]
 """
 import argparse
 import logging
@@ -83,41 +86,70 @@ class LitCNN(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
 
 
-class BatchTimes(pl.Callback):
+class BatchTimes:
+    """A training batch's time from the on_train_batch_start of the first callback to the
+    on_train_batch_end of the last, so the callbacks between them are timed with the batch
+    (Lightning calls them in the order given: a timer placed first alone would stop before the
+    others' on_train_batch_end, where SpikeDetection and spikehunt's step end). around(*callbacks)
+    is the list to give the Trainer."""
+
     def __init__(self):
         self.times = []
+        outer = self
 
-    def on_train_batch_start(self, *args):
-        self.t0 = CLOCK()
+        class Start(pl.Callback):
+            def on_train_batch_start(self, *args):
+                outer.t0 = CLOCK()
 
-    def on_train_batch_end(self, *args):
-        self.times.append((CLOCK() - self.t0) * 1000)
+        class End(pl.Callback):
+            def on_train_batch_end(self, *args):
+                outer.times.append((CLOCK() - outer.t0) * 1000)
+
+        self.start, self.end = Start(), End()
+
+    def around(self, *callbacks):
+        return [self.start, *callbacks, self.end]
 
 
-class StepTimes(transformers.TrainerCallback):
+class StepTimes:
+    """The same for the Trainer's optimizer steps: on_step_begin of the first callback to
+    on_step_end of the last."""
+
     def __init__(self):
         self.times = []
+        outer = self
 
-    def on_step_begin(self, *args, **kwargs):
-        self.t0 = CLOCK()
+        class Start(transformers.TrainerCallback):
+            def on_step_begin(self, *args, **kwargs):
+                outer.t0 = CLOCK()
 
-    def on_step_end(self, *args, **kwargs):
-        self.times.append((CLOCK() - self.t0) * 1000)
+        class End(transformers.TrainerCallback):
+            def on_step_end(self, *args, **kwargs):
+                outer.times.append((CLOCK() - outer.t0) * 1000)
+
+        self.start, self.end = Start(), End()
+
+    def around(self, *callbacks):
+        return [self.start, *callbacks, self.end]
 
 
-def median_after_warmup(times):
-    return statistics.median(times[WARMUP:])
+def mean_but_slowest(values, drop=0.02):
+    """The mean with the slowest 2% left out (a collector's pause, a burst of page faults): what a
+    step costs on average, a cost paid every few steps included (the trace's lines are formatted
+    16 at a time), which a median would leave out."""
+    kept = sorted(values)[:max(1, len(values) - int(len(values) * drop))]
+    return statistics.fmean(kept)
 
 
 def lightning(extra, steps, out):
     torch.manual_seed(0)
     timer = BatchTimes()
-    callbacks = [timer] + ([extra(out)] if extra else [])
+    callbacks = timer.around(*([extra(out)] if extra else []))
     trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
                          default_root_dir=out)
     trainer.fit(LitCNN(), torch.utils.data.DataLoader([(X, Y)] * steps, batch_size=None))
-    return median_after_warmup(timer.times)
+    return mean_but_slowest(timer.times[WARMUP:])
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -141,9 +173,9 @@ def hf(extra, steps, out):
                                           report_to=[], use_cpu=True, seed=0, disable_tqdm=True)
     trainer = transformers.Trainer(model=transformers.GPT2LMHeadModel(config), args=args,
                                    train_dataset=Tokens(steps * 8),
-                                   callbacks=[timer] + ([extra(out)] if extra else []))
+                                   callbacks=timer.around(*([extra(out)] if extra else [])))
     trainer.train()
-    return median_after_warmup(timer.times)
+    return mean_but_slowest(timer.times[WARMUP:])
 
 
 def loop(watch, steps, out, checkpoints):
@@ -164,7 +196,7 @@ def loop(watch, steps, out, checkpoints):
             F.cross_entropy(model(X), Y).backward()
             opt.step()
             times.append((CLOCK() - t0) * 1000)
-    return median_after_warmup(times)
+    return mean_but_slowest(times[WARMUP:])
 
 
 # ---- interleaved: monitored and plain steps alternating in one fit (what the VM's drift cannot skew) ----
@@ -196,6 +228,15 @@ class AlternatingLightning(spikehunt.lightning.Monitor):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if not self._skip:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+
+class AlternatingSpikeDetection(pl.callbacks.SpikeDetection):
+    """Lightning's own loss-spike callback on even batches only (its one hook returns at once on
+    odd ones)."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if batch_idx % 2 == 0:
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
 
@@ -241,7 +282,7 @@ class AlternatingWatch(spikehunt.Watch):
 
 def split_even_odd(times):
     times = times[WARMUP + WARMUP % 2:]
-    return statistics.median(times[0::2]), statistics.median(times[1::2])
+    return mean_but_slowest(times[0::2]), mean_but_slowest(times[1::2])
 
 
 def interleaved(steps, checkpoints, out):
@@ -251,9 +292,17 @@ def interleaved(steps, checkpoints, out):
     torch.manual_seed(0)
     trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, default_root_dir=out,
-                         callbacks=[timer, AlternatingLightning(out=out, taps="leaves", checkpoints=checkpoints)])
+                         callbacks=timer.around(AlternatingLightning(out=out, taps="leaves", checkpoints=checkpoints)))
     trainer.fit(LitCNN(), torch.utils.data.DataLoader([(X, Y)] * steps, batch_size=None))
     result["lightning"] = split_even_odd(timer.times)
+    torch.manual_seed(0)
+    timer = BatchTimes()
+    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=out,
+                         callbacks=timer.around(AlternatingSpikeDetection(
+                             exclude_batches_path=os.path.join(out, "skip.json"))))
+    trainer.fit(LitCNN(), torch.utils.data.DataLoader([(X, Y)] * steps, batch_size=None))
+    result["lightning SpikeDetection"] = split_even_odd(timer.times)
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=256, n_positions=128, n_embd=128, n_layer=2, n_head=4,
                                      bos_token_id=0, eos_token_id=0)
@@ -262,7 +311,8 @@ def interleaved(steps, checkpoints, out):
                                           learning_rate=1e-3, logging_steps=10 ** 6, save_strategy="no",
                                           report_to=[], use_cpu=True, seed=0, disable_tqdm=True)
     transformers.Trainer(model=transformers.GPT2LMHeadModel(config), args=args, train_dataset=Tokens(steps * 8),
-                         callbacks=[hf_timer, AlternatingHf(out=out, taps="leaves", checkpoints=checkpoints)]).train()
+                         callbacks=hf_timer.around(AlternatingHf(out=out, taps="leaves",
+                                                                 checkpoints=checkpoints))).train()
     result["hf"] = split_even_odd(hf_timer.times)
     torch.manual_seed(0)
     model = SimpleCNN(0.01)
@@ -305,7 +355,7 @@ def two_cnns():
 
 
 def own_time(steps, checkpoints, out):
-    """{part: median ms}: the time spent in the Watch's own code in each step (its forward hooks,
+    """{part: ms a step}: the time spent in the Watch's own code in each step (its forward hooks,
     the step's start with the checkpoint's state, after backward, after the optimizer step), and a
     plain step of a second, identical model, from one loop: the monitor's cost without the rest of
     the step's time, which the VM's noise swamps when whole steps are compared."""
@@ -338,7 +388,7 @@ def own_time(steps, checkpoints, out):
                              ("after step", t5 - t4), ("plain step", t6 - t5)):
                     parts[k].append(v * 1000)
                 parts["own"].append(1000 * (TimedWatch.hooks + (t1 - t0) + (t3 - t2) + (t5 - t4)))
-    return {k: statistics.median(v) for k, v in parts.items()}
+    return {k: mean_but_slowest(v) for k, v in parts.items()}
 
 
 STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "4294967295", "MALLOC_TRIM_THRESHOLD_": "4294967295",
@@ -346,7 +396,7 @@ STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "4294967295", "MALLOC_TRIM_THRESHOLD_
 
 
 def whole_steps(steps, checkpoints, out):
-    """(watched ms, plain ms): the medians of whole steps, a Watch step of one SimpleCNN alternating
+    """(watched ms, plain ms): whole steps, a Watch step of one SimpleCNN alternating
     with a plain step of a second, identical one (taps="leaves")."""
     (model, opt), (other, other_opt) = two_cnns()
     watched, plain = [], []
@@ -362,7 +412,7 @@ def whole_steps(steps, checkpoints, out):
             if step >= WARMUP:
                 watched.append((t1 - t0) * 1000)
                 plain.append((t2 - t1) * 1000)
-    return statistics.median(watched), statistics.median(plain)
+    return mean_but_slowest(watched), mean_but_slowest(plain)
 
 
 def main():
@@ -379,7 +429,13 @@ def main():
                          "under glibc settings that keep freed memory")
     ap.add_argument("--own-time", action="store_true",
                     help="instead: the time spent in the Watch's own code a step against a plain step")
+    ap.add_argument("--steady-malloc", action="store_true",
+                    help="run under the glibc settings that keep freed memory, as --whole-steps always does")
     a = ap.parse_args()
+    if (a.whole_steps or a.steady_malloc) and any(os.environ.get(k) != v for k, v in STEADY_MALLOC.items()):
+        os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **STEADY_MALLOC})
+    malloc = ("glibc " + " ".join(f"{k}={v}" for k, v in STEADY_MALLOC.items())
+              if all(os.environ.get(k) == v for k, v in STEADY_MALLOC.items()) else "glibc's default malloc settings")
     global CLOCK
     CLOCK = time.thread_time if a.clock == "thread" else time.perf_counter
     torch.set_num_threads(a.threads)
@@ -389,11 +445,9 @@ def main():
     transformers.logging.set_verbosity_error()
     devnull = open(os.devnull, "w")
     if a.whole_steps:
-        if any(os.environ.get(k) != v for k, v in STEADY_MALLOC.items()):
-            os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **STEADY_MALLOC})
         print(f"{a.threads} thread(s), torch {torch.__version__}, {a.rounds} runs of {a.steps} alternating steps "
-              f"({WARMUP} warm-up), the motivating SimpleCNN, batch 64, taps=\"leaves\", "
-              f"{' '.join(f'{k}={v}' for k, v in STEADY_MALLOC.items())}; BLAS: {peer.blas_in_use()}")
+              f"({WARMUP} warm-up), the motivating SimpleCNN, batch 64, taps=\"leaves\", {malloc}; "
+              f"BLAS: {peer.blas_in_use()}")
         print(f"{'checkpoints':>12} {'watched ms':>11} {'plain ms':>9} {'ratio':>7}")
         for checkpoints in (True, False):
             for _ in range(a.rounds):
@@ -407,7 +461,8 @@ def main():
         return
     if a.own_time:
         print(f"{a.threads} thread(s), torch {torch.__version__}, {a.rounds} runs of {a.steps} steps "
-              f"({WARMUP} warm-up), the motivating SimpleCNN, batch 64, taps=\"leaves\"; BLAS: {peer.blas_in_use()}")
+              f"({WARMUP} warm-up), the motivating SimpleCNN, batch 64, taps=\"leaves\", {malloc}; "
+              f"BLAS: {peer.blas_in_use()}")
         print(f"{'checkpoints':>12} {'hooks':>7} {'begin':>7} {'backward':>9} {'step':>7} {'own ms':>7} "
               f"{'plain ms':>9} {'1 + own/plain':>14}")
         for checkpoints in (True, False):
@@ -424,9 +479,9 @@ def main():
         return
     if a.interleaved:
         print(f"{a.threads} thread(s), torch {torch.__version__}, pytorch-lightning {pl.__version__}, transformers "
-              f"{transformers.__version__}, {a.rounds} rounds of {a.steps} alternating steps, {a.clock} clock; "
-              f"BLAS: {peer.blas_in_use()}")
-        print(f"{'':22} {'checkpoints':>12} {'watched ms':>11} {'plain ms':>9} {'ratio':>7}")
+              f"{transformers.__version__}, {a.rounds} rounds of {a.steps} alternating steps, {a.clock} clock, "
+              f"{malloc}; BLAS: {peer.blas_in_use()}")
+        print(f"{'':26} {'checkpoints':>12} {'watched ms':>11} {'plain ms':>9} {'ratio':>7}")
         for checkpoints in (True, False):
             ratios = {}
             for _ in range(a.rounds):
@@ -441,7 +496,7 @@ def main():
                 on = statistics.median(p[0] for p in pairs)
                 off = statistics.median(p[1] for p in pairs)
                 ratio = statistics.median(p[0] / p[1] for p in pairs)
-                print(f"{name:22} {str(checkpoints):>12} {on:11.2f} {off:9.2f} {ratio:7.3f}")
+                print(f"{name:26} {str(checkpoints):>12} {on:11.2f} {off:9.2f} {ratio:7.3f}")
         return
     rows = {
         "lightning plain": (lambda o: lightning(None, a.steps, o), "lightning plain"),
@@ -470,8 +525,8 @@ def main():
                 finally:
                     sys.stdout = stdout
     print(f"{a.threads} thread(s), torch {torch.__version__}, pytorch-lightning {pl.__version__}, transformers "
-          f"{transformers.__version__}, {a.rounds} rounds of {a.steps} steps ({WARMUP} warm-up), {a.clock} clock; "
-          f"BLAS: {peer.blas_in_use()}")
+          f"{transformers.__version__}, {a.rounds} rounds of {a.steps} steps ({WARMUP} warm-up), {a.clock} clock, "
+          f"{malloc}; BLAS: {peer.blas_in_use()}")
     print(f"{'':30} {'ms/step':>9} {'/ plain':>9}")
     for name, (_, base) in rows.items():
         m = statistics.median(times[name])
