@@ -11,10 +11,10 @@ process, one run, rounds interleaved:
   ..., no ckpt            spikehunt's rows with checkpoints=False: no copy of the state entering
                           each step (what the last-healthy checkpoint costs)
 
-Each row is the median over rounds of the mean time of a training batch
-(on_train_batch_start to on_train_batch_end; the Trainer's on_step_begin to
-on_step_end; the loop's step), after warm-up batches, the slowest 2% left out
-(mean_but_slowest: a cost paid every few steps stays in, as a median would not keep it). Prints ms per step and
+Each row is the median over rounds of the median time of a training batch
+(from the first callback's on_train_batch_start to the last one's
+on_train_batch_end; the Trainer's on_step_begin to on_step_end likewise; the
+loop's step), after warm-up batches. Prints ms per step and
 each row's ratio to its framework's plain row, and the BLAS LibTorch calls.
 
 --interleaved measures each callback (and the Watch) with monitored and plain steps
@@ -135,8 +135,9 @@ class StepTimes:
 
 def mean_but_slowest(values, drop=0.02):
     """The mean with the slowest 2% left out (a collector's pause, a burst of page faults): what a
-    step costs on average, a cost paid every few steps included (the trace's lines are formatted
-    16 at a time), which a median would leave out."""
+    step costs on average, a cost paid every few steps included (the trace file's write(2), every
+    few dozen steps), which a median leaves out. --own-time and --whole-steps (295 steps a run);
+    the fits' few dozen steps keep the median, which their page faults swing less."""
     kept = sorted(values)[:max(1, len(values) - int(len(values) * drop))]
     return statistics.fmean(kept)
 
@@ -149,7 +150,7 @@ def lightning(extra, steps, out):
                          enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
                          default_root_dir=out)
     trainer.fit(LitCNN(), torch.utils.data.DataLoader([(X, Y)] * steps, batch_size=None))
-    return mean_but_slowest(timer.times[WARMUP:])
+    return statistics.median(timer.times[WARMUP:])
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -175,7 +176,7 @@ def hf(extra, steps, out):
                                    train_dataset=Tokens(steps * 8),
                                    callbacks=timer.around(*([extra(out)] if extra else [])))
     trainer.train()
-    return mean_but_slowest(timer.times[WARMUP:])
+    return statistics.median(timer.times[WARMUP:])
 
 
 def loop(watch, steps, out, checkpoints):
@@ -196,7 +197,7 @@ def loop(watch, steps, out, checkpoints):
             F.cross_entropy(model(X), Y).backward()
             opt.step()
             times.append((CLOCK() - t0) * 1000)
-    return mean_but_slowest(times[WARMUP:])
+    return statistics.median(times[WARMUP:])
 
 
 # ---- interleaved: monitored and plain steps alternating in one fit (what the VM's drift cannot skew) ----
@@ -282,7 +283,7 @@ class AlternatingWatch(spikehunt.Watch):
 
 def split_even_odd(times):
     times = times[WARMUP + WARMUP % 2:]
-    return mean_but_slowest(times[0::2]), mean_but_slowest(times[1::2])
+    return statistics.median(times[0::2]), statistics.median(times[1::2])
 
 
 def interleaved(steps, checkpoints, out):
