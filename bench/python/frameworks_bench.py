@@ -86,51 +86,35 @@ class LitCNN(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
 
 
-class BatchTimes:
-    """A training batch's time from the on_train_batch_start of the first callback to the
-    on_train_batch_end of the last, so the callbacks between them are timed with the batch
-    (Lightning calls them in the order given: a timer placed first alone would stop before the
-    others' on_train_batch_end, where SpikeDetection and spikehunt's step end). around(*callbacks)
-    is the list to give the Trainer."""
+class Bracket:
+    """A batch's time from the start hook of a callback placed first in the framework's list to the
+    end hook of one placed last, so the callbacks between them are timed with the batch (Lightning and
+    the Trainer call them in the order given: a timer placed first alone would stop before the others'
+    end hooks, where SpikeDetection and spikehunt's step end). around(*callbacks) is the list to give."""
 
-    def __init__(self):
+    def __init__(self, base, start_hook, end_hook):
         self.times = []
         outer = self
 
-        class Start(pl.Callback):
-            def on_train_batch_start(self, *args):
-                outer.t0 = CLOCK()
+        def started(self, *args, **kwargs):
+            outer.t0 = CLOCK()
 
-        class End(pl.Callback):
-            def on_train_batch_end(self, *args):
-                outer.times.append((CLOCK() - outer.t0) * 1000)
+        def ended(self, *args, **kwargs):
+            outer.times.append((CLOCK() - outer.t0) * 1000)
 
-        self.start, self.end = Start(), End()
+        self.start = type("Start", (base,), {start_hook: started})()
+        self.end = type("End", (base,), {end_hook: ended})()
 
     def around(self, *callbacks):
         return [self.start, *callbacks, self.end]
 
 
-class StepTimes:
-    """The same for the Trainer's optimizer steps: on_step_begin of the first callback to
-    on_step_end of the last."""
+def BatchTimes():
+    return Bracket(pl.Callback, "on_train_batch_start", "on_train_batch_end")
 
-    def __init__(self):
-        self.times = []
-        outer = self
 
-        class Start(transformers.TrainerCallback):
-            def on_step_begin(self, *args, **kwargs):
-                outer.t0 = CLOCK()
-
-        class End(transformers.TrainerCallback):
-            def on_step_end(self, *args, **kwargs):
-                outer.times.append((CLOCK() - outer.t0) * 1000)
-
-        self.start, self.end = Start(), End()
-
-    def around(self, *callbacks):
-        return [self.start, *callbacks, self.end]
+def StepTimes():
+    return Bracket(transformers.TrainerCallback, "on_step_begin", "on_step_end")
 
 
 def mean_but_slowest(values, drop=0.02):
