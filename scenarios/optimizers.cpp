@@ -1,6 +1,5 @@
 #include "scenarios/optimizers.h"
 
-#include <map>
 #include <unordered_map>
 
 namespace spikehunt {

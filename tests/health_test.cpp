@@ -355,9 +355,12 @@ TEST(Health, TraceLinesGoToTheFileABufferAtATime) {
   TraceWriter writer(path);
   size_t bytes = 0;
   int64_t lines = 0;
-  for (; bytes + trace_line(step(lines)).size() + 1 < TraceWriter::kBufferBytes; ++lines) {
-    bytes += trace_line(step(lines)).size() + 1;
-    writer.write(step(lines));
+  for (;; ++lines) {
+    const StepRecord r = step(lines);
+    const size_t size = trace_line(r).size() + 1;
+    if (bytes + size >= TraceWriter::kBufferBytes) break;
+    bytes += size;
+    writer.write(r);
   }
   ASSERT_GT(lines, 4) << "several lines, more than glibc's 4 KB default buffer holds";
   ASSERT_GT(bytes, size_t{4096});
