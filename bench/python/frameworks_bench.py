@@ -126,14 +126,18 @@ def mean_but_slowest(values, drop=0.02):
     return statistics.fmean(kept)
 
 
-def lightning(extra, steps, out):
+def fit_lit(callbacks, steps, out):
+    """One Lightning fit of the LitCNN on `steps` copies of the batch."""
     torch.manual_seed(0)
-    timer = BatchTimes()
-    callbacks = timer.around(*([extra(out)] if extra else []))
     trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
                          default_root_dir=out)
     trainer.fit(LitCNN(), torch.utils.data.DataLoader([(X, Y)] * steps, batch_size=None))
+
+
+def lightning(extra, steps, out):
+    timer = BatchTimes()
+    fit_lit(timer.around(*([extra(out)] if extra else [])), steps, out)
     return statistics.median(timer.times[WARMUP:])
 
 
@@ -274,19 +278,10 @@ def interleaved(steps, checkpoints, out):
     """{row: (watched ms, plain ms)} from one fit / train / loop each, steps alternating."""
     result = {}
     timer = BatchTimes()
-    torch.manual_seed(0)
-    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=out,
-                         callbacks=timer.around(AlternatingLightning(out=out, taps="leaves", checkpoints=checkpoints)))
-    trainer.fit(LitCNN(), torch.utils.data.DataLoader([(X, Y)] * steps, batch_size=None))
+    fit_lit(timer.around(AlternatingLightning(out=out, taps="leaves", checkpoints=checkpoints)), steps, out)
     result["lightning"] = split_even_odd(timer.times)
-    torch.manual_seed(0)
     timer = BatchTimes()
-    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=out,
-                         callbacks=timer.around(AlternatingSpikeDetection(
-                             exclude_batches_path=os.path.join(out, "skip.json"))))
-    trainer.fit(LitCNN(), torch.utils.data.DataLoader([(X, Y)] * steps, batch_size=None))
+    fit_lit(timer.around(AlternatingSpikeDetection(exclude_batches_path=os.path.join(out, "skip.json"))), steps, out)
     result["lightning SpikeDetection"] = split_even_odd(timer.times)
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=256, n_positions=128, n_embd=128, n_layer=2, n_head=4,
