@@ -117,6 +117,23 @@ def StepTimes():
     return Bracket(transformers.TrainerCallback, "on_step_begin", "on_step_end")
 
 
+def plain_step(model, opt):
+    """One plain training step of `model` on the batch: what every monitored step is compared with."""
+    opt.zero_grad()
+    F.cross_entropy(model(X), Y).backward()
+    opt.step()
+
+
+def quietly(run):
+    """run(out) in a fresh temporary folder, its output (the monitors' summaries) silenced."""
+    with tempfile.TemporaryDirectory() as out, open(os.devnull, "w") as devnull:
+        stdout, sys.stdout = sys.stdout, devnull
+        try:
+            return run(out)
+        finally:
+            sys.stdout = stdout
+
+
 def mean_but_slowest(values, drop=0.02):
     """The mean with the slowest 2% left out (a collector's pause, a burst of page faults): what a
     step costs on average, a cost paid every few steps included (the trace file's write(2), every
@@ -181,9 +198,7 @@ def loop(watch, steps, out, checkpoints):
     else:
         for _ in range(steps):
             t0 = CLOCK()
-            opt.zero_grad()
-            F.cross_entropy(model(X), Y).backward()
-            opt.step()
+            plain_step(model, opt)
             times.append((CLOCK() - t0) * 1000)
     return statistics.median(times[WARMUP:])
 
@@ -306,9 +321,7 @@ def interleaved(steps, checkpoints, out):
             times.append((CLOCK() - t0) * 1000)
             w.skip = True  # the same model and optimizer, its hooks returning at once
             t0 = CLOCK()
-            opt.zero_grad()
-            F.cross_entropy(model(X), Y).backward()
-            opt.step()
+            plain_step(model, opt)
             times.append((CLOCK() - t0) * 1000)
     result["watch"] = split_even_odd(times)
     return result
@@ -359,9 +372,7 @@ def own_time(steps, checkpoints, out):
             t4 = P()
             w._finish()
             t5 = P()
-            other_opt.zero_grad()
-            F.cross_entropy(other(X), Y).backward()
-            other_opt.step()
+            plain_step(other, other_opt)
             t6 = P()
             if step >= WARMUP:
                 for k, v in (("hooks", TimedWatch.hooks), ("begin", t1 - t0), ("after backward", t3 - t2),
@@ -385,9 +396,7 @@ def whole_steps(steps, checkpoints, out):
             t0 = CLOCK()
             w.step(F.cross_entropy(model(X), Y), X, Y)
             t1 = CLOCK()
-            other_opt.zero_grad()
-            F.cross_entropy(other(X), Y).backward()
-            other_opt.step()
+            plain_step(other, other_opt)
             t2 = CLOCK()
             if step >= WARMUP:
                 watched.append((t1 - t0) * 1000)
@@ -423,7 +432,6 @@ def main():
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     transformers.logging.set_verbosity_error()
-    devnull = open(os.devnull, "w")
     if a.whole_steps:
         print(f"{a.threads} thread(s), torch {torch.__version__}, {a.rounds} runs of {a.steps} alternating steps "
               f"({WARMUP} warm-up), the motivating SimpleCNN, batch 64, taps=\"leaves\", {malloc}; "
@@ -431,12 +439,7 @@ def main():
         print(f"{'checkpoints':>12} {'watched ms':>11} {'plain ms':>9} {'ratio':>7}")
         for checkpoints in (True, False):
             for _ in range(a.rounds):
-                with tempfile.TemporaryDirectory() as out:
-                    stdout, sys.stdout = sys.stdout, devnull
-                    try:
-                        on, off = whole_steps(a.steps, checkpoints, out)
-                    finally:
-                        sys.stdout = stdout
+                on, off = quietly(lambda out: whole_steps(a.steps, checkpoints, out))
                 print(f"{str(checkpoints):>12} {on:11.3f} {off:9.3f} {on / off:7.3f}")
         return
     if a.own_time:
@@ -447,12 +450,7 @@ def main():
               f"{'plain ms':>9} {'1 + own/plain':>14}")
         for checkpoints in (True, False):
             for _ in range(a.rounds):
-                with tempfile.TemporaryDirectory() as out:
-                    stdout, sys.stdout = sys.stdout, devnull
-                    try:
-                        m = own_time(a.steps, checkpoints, out)
-                    finally:
-                        sys.stdout = stdout
+                m = quietly(lambda out: own_time(a.steps, checkpoints, out))
                 print(f"{str(checkpoints):>12} {m['hooks']:7.3f} {m['begin']:7.3f} {m['after backward']:9.3f} "
                       f"{m['after step']:7.3f} {m['own']:7.3f} {m['plain step']:9.2f} "
                       f"{1 + m['own'] / m['plain step']:14.3f}")
@@ -465,13 +463,8 @@ def main():
         for checkpoints in (True, False):
             ratios = {}
             for _ in range(a.rounds):
-                with tempfile.TemporaryDirectory() as out:
-                    stdout, sys.stdout = sys.stdout, devnull
-                    try:
-                        for name, (on, off) in interleaved(a.steps, checkpoints, out).items():
-                            ratios.setdefault(name, []).append((on, off))
-                    finally:
-                        sys.stdout = stdout
+                for name, (on, off) in quietly(lambda out: interleaved(a.steps, checkpoints, out)).items():
+                    ratios.setdefault(name, []).append((on, off))
             for name, pairs in ratios.items():
                 on = statistics.median(p[0] for p in pairs)
                 off = statistics.median(p[1] for p in pairs)
@@ -495,15 +488,9 @@ def main():
         "torch watch, no ckpt": (lambda o: loop(True, a.steps, o, False), "torch plain"),
     }
     times = {k: [] for k in rows}
-    devnull = open(os.devnull, "w")
     for _ in range(a.rounds):
         for name, (f, _) in rows.items():
-            with tempfile.TemporaryDirectory() as out:
-                stdout, sys.stdout = sys.stdout, devnull
-                try:
-                    times[name].append(f(out))
-                finally:
-                    sys.stdout = stdout
+            times[name].append(quietly(f))
     print(f"{a.threads} thread(s), torch {torch.__version__}, pytorch-lightning {pl.__version__}, transformers "
           f"{transformers.__version__}, {a.rounds} rounds of {a.steps} steps ({WARMUP} warm-up), {a.clock} clock, "
           f"{malloc}; BLAS: {peer.blas_in_use()}")
