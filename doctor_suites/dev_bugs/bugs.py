@@ -1,0 +1,794 @@
+#!/usr/bin/env python3
+"""The doctor's development suite (issue 53): publicly reported training bugs of classes
+in none of its other suites, ported as their authors wrote them on real data, and healthy
+programs of shapes the other suites do not have. Written the honest way: each case and its
+expected faulty part and cause (expected.py) were committed before the doctor first ran on
+it, in batches, and each batch's first-run score is kept in docs/doctor.md.
+
+    python3 doctor_suites/dev_bugs/bugs.py doctor --config doctor_suites/dev_bugs/dev_bugs.json \\
+        --set scenario='"same_batch_every_step"'
+"""
+import copy
+import math
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.checkpoint
+
+import spikehunt
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "public_bugs"))
+from cases import MLP, Case, FashionCase, TextCase, fashion_normalized, sgd  # noqa: E402
+from data import fashion_raw  # noqa: E402
+
+FORTUNES = "/usr/share/games/fortunes"
+CATEGORIES = ["computers", "definitions", "startrek", "zippy"]
+
+
+def fortunes_by_category(length=96, test_share=0.15):
+    """Each fortune of CATEGORIES' files as `length` bytes (cut, or padded with 0 after the
+    text), its label the file's index; a seeded split into training and held-out sets."""
+    xs, ys = [], []
+    for label, name in enumerate(CATEGORIES):
+        with open(os.path.join(FORTUNES, name), "rb") as f:
+            for text in f.read().split(b"\n%\n"):
+                text = text.strip()[:length]
+                if len(text) < 8:
+                    continue
+                row = torch.zeros(length, dtype=torch.long)
+                row[:len(text)] = torch.tensor(list(text), dtype=torch.long)
+                xs.append(row)
+                ys.append(label)
+    x, y = torch.stack(xs), torch.tensor(ys)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    x, y = x[order], y[order]
+    n_test = int(len(y) * test_share)
+    return x[n_test:], y[n_test:], x[:n_test], y[:n_test]
+
+
+class FortuneCase(Case):
+    """Which file a fortune comes from (4 classes), from its first 96 bytes."""
+    classes = len(CATEGORIES)
+    epochs = 6
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.x, self.y, self.xt, self.yt = fortunes_by_category()
+
+
+def binary_fashion(a=5, b=7):
+    """Sandal (0) against sneaker (1): flattened standardized images, float labels (N, 1)."""
+    x, y, xt, yt = fashion_normalized()
+    keep, keep_t = (y == a) | (y == b), (yt == a) | (yt == b)
+    return x[keep], (y[keep] == b).float().unsqueeze(1), xt[keep_t], (yt[keep_t] == b).float().unsqueeze(1)
+
+
+# ================================================================ batch 1
+# ---------------------------------------------------------------- the data
+
+class SameBatchEveryStep(FashionCase):
+    # leohsuofnthu/Pytorch-IterativeFCN#7 (https://github.com/leohsuofnthu/Pytorch-IterativeFCN/issues/7):
+    # "you use next(iter(train_loader)) to fetch the patches every iteration [...] next() would return
+    # the first element of the iterator every time, which means during the whole iteration there is
+    # only one subject used to training" (also skhu101/GM-NAS#4). An unshuffled DataLoader, a new
+    # iterator every step.
+    def __init__(self, config):
+        super().__init__(config)
+        dataset = torch.utils.data.TensorDataset(self.x, self.y)
+        self.loader = torch.utils.data.DataLoader(dataset, batch_size=config.batch_size, shuffle=False)
+
+    def next_batch(self):
+        if self.done == self.planned_steps():
+            return None
+        self.done += 1
+        return next(iter(self.loader))
+
+
+class HeldoutClassOrderMismatch(FashionCase):
+    # pytorch/vision#1150-style ImageFolder pitfall (class_to_idx is built from the folders present:
+    # a validation folder missing one class numbers the rest differently), reported e.g. in
+    # ultralytics/yolov5#2797 and many forum threads. The held-out labels come through a class map
+    # that differs from the training one: class c of the held-out set is class (c + 1) % 10 in training.
+    def __init__(self, config):
+        super().__init__(config)
+        self.yt = (self.yt - 1) % 10
+
+
+# ---------------------------------------------------------------- the optimizer and its schedule
+
+class WarmupNeverStepped(FashionCase):
+    # huggingface/transformers#2331 (https://github.com/huggingface/transformers/issues/2331,
+    # "Learning Rate is not being updated by the Scheduler", also pytorch/text#671): a linear warm-up
+    # built with LambdaLR, whose first factor is 0, and scheduler.step() never called in the loop: the
+    # learning rate stays at 0.
+    def __init__(self, config):
+        super().__init__(config)
+        warmup = 100
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: s / warmup if s < warmup else 1.0)
+
+
+class WeightDecayTypo(FashionCase):
+    # The weight decay of a recipe read with the wrong exponent (charlesCXK/TorchSemiSeg#29 and
+    # oval-group/smooth-topk#4 are such mix-ups between paper and config): SGD with weight_decay=5e-1
+    # where the recipe says 5e-4. The decay term dominates the gradient.
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=config.optimizer.lr, momentum=0.9, weight_decay=5e-1)
+
+
+class AdamEpsilonOne(FashionCase):
+    # TensorFlow's AdamOptimizer docstring ("when training an Inception network on ImageNet a current
+    # good choice is 1.0 or 0.1", quoted in dgriff777/rl_a3c_pytorch#29) carried to another model;
+    # mlpnlp/mlpnlp-nmt#4: "the training does not work well when using eps=0.1". Adam with eps=1.0:
+    # the denominator is 1, every update is lr x the gradient's running mean.
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=1e-3, eps=1.0)
+
+
+class PlateauModeMaxOnLoss(FashionCase):
+    # FunctionLab/selene#115 (https://github.com/FunctionLab/selene/issues/115): "the learning rate
+    # scheduler reduces LR when the maximum loss is not increased": ReduceLROnPlateau(mode="max")
+    # given the loss (also RMeli/gnina-torch#57). Stepped with each batch's loss, patience 2.
+    def __init__(self, config):
+        super().__init__(config)
+        self.plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(self.opt, mode="max", factor=0.1, patience=2)
+        self.last_loss = None
+
+    def loss(self, outputs, targets):
+        loss = F.cross_entropy(outputs, targets)
+        self.last_loss = loss.item()
+        return loss
+
+    def optimizer_step(self):
+        self.opt.step()
+        self.plateau.step(self.last_loss)
+
+
+# ---------------------------------------------------------------- the step
+
+class ZeroGradBetweenBackwardAndStep(FashionCase):
+    # Tony-Y/pytorch_warmup#12 (https://github.com/Tony-Y/pytorch_warmup/issues/12): "Your code does
+    # not optimize model parameters at all because optimizer.zero_grad() is called after
+    # loss.backward()": loss.backward(); optimizer.zero_grad(); optimizer.step().
+    def optimizer_step(self):
+        self.opt.zero_grad()
+        self.opt.step()
+
+
+class ManualUpdateRebindsLocal(FashionCase):
+    # A hand-written SGD step that rebinds the loop variable instead of changing the parameter
+    # (jeromerony/fast_adversarial#3: "if you do the change on delta without calling data, the change
+    # will not be in-place"; pytorch/examples#779 moved such an update to .data in place): the
+    # optimizer is built, and the step written by hand.
+    def optimizer_step(self):
+        lr = self.opt.param_groups[0]["lr"]
+        with torch.no_grad():
+            for p in self.net.parameters():
+                p = p - lr * p.grad  # noqa: F841  (a new tensor; the parameter keeps its value)
+
+
+class Bf16WithoutMasterWeights(FashionCase):
+    # workofart/ml-by-hand#85 (https://github.com/workofart/ml-by-hand/pull/85): "the optimizer's
+    # update was computed in fp32 internally but written back to bf16 [...] after 100 times it's
+    # still 1.0 [...] pre-fix (bf16 storage, no master): 0 / 768 moved" (also
+    # vllm-project/speculators#765, NVIDIA-NeMo/Automodel#3444 at a fine-tuning rate). The model
+    # cast to bfloat16 and trained with AdamW at 3e-5 on its own bfloat16 parameters.
+    def build(self):
+        return MLP().to(torch.bfloat16)
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 6e-4)
+
+    def forward(self, inputs):
+        return self.net(inputs.to(torch.bfloat16)).float()
+
+
+class CheckpointedBlockWithoutGradInput(FashionCase):
+    # pytorch/pytorch#7617 (https://github.com/pytorch/pytorch/issues/7617, "checkpoint(function,
+    # *args) should has the same requires_grad as function(*args)"): torch.utils.checkpoint with
+    # use_reentrant=True on a block whose input does not require grad (the first block, fed the
+    # data) returns an output that does not require grad: the block's parameters get no gradient
+    # (transformers' enable_input_require_grads exists for this).
+    def build(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.block = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU())
+                self.head = nn.Linear(64, 10)
+
+            def forward(self, x):
+                h = torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=True)
+                return self.head(h)
+        return Net()
+
+
+# ---------------------------------------------------------------- the initialization
+
+class InitNormalStdOne(FashionCase):
+    # AUTOMATIC1111/stable-diffusion-webui#4350 (layer weight initializations that ruin the network
+    # "before it even starts learning" without a normalization layer) and VinceShieh/spark-ffm#12
+    # ("Weight Initialisation might be a cause for loss NaN"): nn.init.normal_(weight) with its
+    # default std of 1 on every Linear of a deep MLP, where the fan-in calls for about 1/sqrt(fan_in).
+    def build(self):
+        net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                            nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+        for m in net.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight)
+                nn.init.zeros_(m.bias)
+        return net
+
+
+class ZeroInitHidden(FashionCase):
+    # The textbook pitfall (cs231n's "Pitfall: all zero initialization"; DeepFD's fault type "wrong
+    # weight initialization"): every Linear, hidden ones included, initialized with nn.init.zeros_.
+    def build(self):
+        net = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10))
+        for m in net.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.weight)
+                nn.init.zeros_(m.bias)
+        return net
+
+
+# ---------------------------------------------------------------- the loss
+
+class NllWithoutMinus(FashionCase):
+    # A log-likelihood loss written by hand without its minus sign (the negative log-likelihood
+    # maximized instead of minimized): loss = log_softmax(outputs)[label].mean(). Reported as
+    # "the loss goes to minus infinity" in e.g. karpathy/micrograd-style ports and
+    # pytorch/examples#(vae) threads; DeepFD's fault type "wrong loss function".
+    def loss(self, outputs, targets):
+        return F.log_softmax(outputs, dim=1).gather(1, targets.unsqueeze(1)).mean()
+
+
+class KlDivOnProbabilities(FashionCase):
+    # pytorch/pytorch#32520-style misuse of F.kl_div, whose input must be log-probabilities ("the
+    # loss is negative", a recurrent question on the PyTorch forums and in distillation repos such as
+    # peterliht/knowledge-distillation-pytorch#2): kl_div(softmax(outputs), one_hot(labels)).
+    def loss(self, outputs, targets):
+        return F.kl_div(F.softmax(outputs, dim=1), F.one_hot(targets, 10).float(), reduction="batchmean")
+
+
+class ClassWeightsFromCounts(FashionCase):
+    # Class weights meant to balance an imbalanced set, computed as the counts instead of their
+    # inverse (e.g. ultralytics/yolov5#1238 "class weights inverted", a common forum report): on a
+    # training set where class 0 holds 70% of the samples, CrossEntropyLoss(weight=counts / total)
+    # pushes every prediction further toward it.
+    def __init__(self, config):
+        super().__init__(config)
+        g = torch.Generator().manual_seed(7)
+        zero = (self.y == 0).nonzero().flatten()
+        rest = (self.y != 0).nonzero().flatten()
+        rest = rest[torch.randperm(len(rest), generator=g)[:len(zero) * 9 // 7]]
+        keep = torch.cat([zero.repeat(3), rest])  # class 0 repeated: 70% of the samples
+        self.x, self.y = self.x[keep], self.y[keep]
+        counts = torch.bincount(self.y, minlength=10).float()
+        self.weight = counts / counts.sum()
+
+    def loss(self, outputs, targets):
+        return F.cross_entropy(outputs, targets, weight=self.weight)
+
+
+class BinaryTargetsInverted(Case):
+    # A binary target encoded the other way round in the loss (positive = 0): BCEWithLogits against
+    # 1 - y while the data and the evaluation take y (e.g. scikit-learn's pos_label mix-ups carried
+    # to PyTorch; Defects4ML's "wrong label encoding"). Sandal (0) against sneaker (1).
+    classes = 2
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.x, self.y, self.xt, self.yt = binary_fashion()
+        self.net = MLP(out=1)
+        self.opt = sgd(self.net, config)
+
+    def loss(self, outputs, targets):
+        return F.binary_cross_entropy_with_logits(outputs, 1 - targets)
+
+
+# ---------------------------------------------------------------- the model
+
+class InvertedCausalMask(TextCase):
+    # A causal mask applied the wrong way round, masked_fill(mask == 1, -inf) with mask = tril:
+    # each position attends to the positions after it, and the last one to none, whose softmax over
+    # all -inf is NaN (e.g. rasbt/LLMs-from-scratch discussions of inverted masks, and
+    # huggingface/transformers#5257 "attention mask inverted").
+    def __init__(self, config):
+        super().__init__(config)
+        from cases import TinyGPT
+        self.net = TinyGPT(InvertedMaskAttention(32, self.block))
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
+class InvertedMaskAttention(nn.Module):
+    def __init__(self, d, block):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.register_buffer("mask", torch.tril(torch.ones(block, block)).view(1, block, block))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        att = (q @ k.transpose(1, 2)) / math.sqrt(d)
+        att = att.masked_fill(self.mask[:, :t, :t] == 1, float("-inf")).softmax(dim=-1)
+        return self.proj(att @ v)
+
+
+class AdditiveBooleanMask(TextCase):
+    # A 0/1 causal mask added to the attention scores (scores + mask) instead of masking with -inf:
+    # adding 1 to the allowed positions masks nothing, and each position sees the token it predicts
+    # (huggingface/transformers#542-style "the attention mask should be -10000 for masked positions",
+    # a recurring question on converting boolean masks to additive ones).
+    def __init__(self, config):
+        super().__init__(config)
+        from cases import TinyGPT
+        self.net = TinyGPT(AdditiveMaskAttention(32, self.block))
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
+class AdditiveMaskAttention(nn.Module):
+    def __init__(self, d, block):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.register_buffer("mask", torch.tril(torch.ones(block, block)).view(1, block, block))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        att = (q @ k.transpose(1, 2)) / math.sqrt(d) + self.mask[:, :t, :t]
+        return self.proj(att.softmax(dim=-1) @ v)
+
+
+class ViewInsteadOfTranspose(Case):
+    # view() used to move the time axis first for a sequence-first LSTM: x.view(T, B, F) on a
+    # (B, T, F) batch reinterprets the memory instead of transposing, so every "sequence" mixes
+    # rows of different samples (pytorch/pytorch#764-style reports; the forum answer "use permute or
+    # transpose, not view"). Fashion-MNIST read row by row.
+    def __init__(self, config):
+        super().__init__(config)
+        x, self.y, xt, self.yt = fashion_normalized()
+        self.x, self.xt = x.reshape(-1, 28, 28), xt.reshape(-1, 28, 28)
+
+        class RowLstm(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm = nn.LSTM(28, 64)
+                self.fc = nn.Linear(64, 10)
+
+            def forward(self, x):  # x: (batch, rows, pixels)
+                b, t, f = x.shape
+                out, _ = self.lstm(x.view(t, b, f))  # should be x.transpose(0, 1)
+                return self.fc(out[-1])
+        self.net = RowLstm()
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
+class EpsOutsideSqrt(FortuneCase):
+    # A layer norm written by hand with its epsilon outside the square root,
+    # (x - mean) / sqrt(var) + eps: a row of zeros (here the padding bytes' embedding, padding_idx=0)
+    # has var 0 and gives 0/0 = NaN (e.g. the fix in lucidrains/x-transformers' and many ports'
+    # "move eps inside sqrt" commits).
+    def __init__(self, config):
+        super().__init__(config)
+
+        class HandNorm(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.weight = nn.Parameter(torch.ones(d))
+                self.bias = nn.Parameter(torch.zeros(d))
+
+            def forward(self, x):
+                mean = x.mean(-1, keepdim=True)
+                var = x.var(-1, keepdim=True, unbiased=False)
+                return self.weight * (x - mean) / torch.sqrt(var) + 1e-5 + self.bias
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(256, 32, padding_idx=0)
+                self.norm = HandNorm(32)
+                self.fc = nn.Linear(32, len(CATEGORIES))
+
+            def forward(self, x):
+                return self.fc(self.norm(self.emb(x)).mean(1))
+        self.net = Net()
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
+# ---------------------------------------------------------------- the evaluation
+
+class EmaEvaluatedTooEarly(FashionCase):
+    # lucidrains/DALLE2-pytorch#131 (https://github.com/lucidrains/DALLE2-pytorch/issues/131): "the
+    # EMA model seemingly refuses to learn [...] This issue also presents itself when running
+    # evaluation on the EMA model" (answer: lower ema_beta); also fadel/pytorch_ema#15. The model
+    # evaluates with an EMA copy of decay 0.9999, updated after every step: after a few hundred
+    # steps it is still nearly the initialization.
+    def build(self):
+        class WithEma(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = MLP()
+                self.ema = copy.deepcopy(self.net).requires_grad_(False)
+
+            def forward(self, x):
+                return self.net(x) if self.training else self.ema(x)
+        return WithEma()
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = sgd(self.net.net, config)
+
+    def optimizer_step(self):
+        self.opt.step()
+        with torch.no_grad():
+            for e, p in zip(self.net.ema.parameters(), self.net.net.parameters()):
+                e.mul_(0.9999).add_(p, alpha=1e-4)
+
+
+class DropoutRescaledAtEval(FashionCase):
+    # A Caffe/TF1-style non-inverted dropout ported next to PyTorch's inverted one: nn.Dropout
+    # already scales by 1/(1 - p) in training, and the ported code also multiplies by (1 - p) at
+    # evaluation (tensorflow/tensorflow#8469-style "dropout at test time" confusion; the PyTorch
+    # forum thread "Dropout scaling at inference"), so evaluation sees activations scaled by 1 - p.
+    def build(self):
+        class Net(nn.Module):
+            def __init__(self, p=0.6):
+                super().__init__()
+                self.p = p
+                self.fc1 = nn.Linear(784, 256)
+                self.drop = nn.Dropout(p)
+                self.fc2 = nn.Linear(256, 256)
+                self.fc3 = nn.Linear(256, 10)
+
+            def forward(self, x):
+                h = self.drop(F.relu(self.fc1(x)))
+                if not self.training:
+                    h = h * (1 - self.p)
+                h = self.drop(F.relu(self.fc2(h)))
+                if not self.training:
+                    h = h * (1 - self.p)
+                return self.fc3(h)
+        return Net()
+
+
+# ================================================================ healthy programs
+
+class HealthyPaddedTransformerEncoder(Case):
+    """Fashion-MNIST images as a sequence of up to 14 tokens (two rows each), cut at a random length
+    per image and padded with zeros, each token carrying a last column that is 1 for a real token and
+    0 for padding; a transformer encoder layer with src_key_padding_mask, mean pooling over the real
+    tokens."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        x, self.y, xt, self.yt = fashion_normalized()
+        g = torch.Generator().manual_seed(3)
+        self.x, self.xt = self.cut(x.reshape(-1, 14, 56), g), self.cut(xt.reshape(-1, 14, 56), g)
+
+        class Encoder(nn.Module):
+            def __init__(self, d=32):
+                super().__init__()
+                self.inp = nn.Linear(56, d)
+                self.pos = nn.Parameter(torch.randn(1, 14, d) * 0.02)
+                layer = nn.TransformerEncoderLayer(d, 4, 2 * d, dropout=0.1, batch_first=True)
+                self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+                self.head = nn.Linear(d, 10)
+
+            def forward(self, x):  # (B, 14 tokens, 56 pixels + the real-token flag)
+                pad = x[:, :, 56] == 0
+                h = self.encoder(self.inp(x[:, :, :56]) + self.pos, src_key_padding_mask=pad)
+                keep = (~pad).unsqueeze(-1).float()
+                return self.head((h * keep).sum(1) / keep.sum(1))
+        self.net = Encoder()
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+    @staticmethod
+    def cut(images, g):
+        lengths = torch.randint(9, 15, (images.shape[0],), generator=g)
+        real = (torch.arange(14).unsqueeze(0) < lengths.unsqueeze(1)).float()  # (N, 14)
+        return torch.cat([images * real.unsqueeze(-1), real.unsqueeze(-1)], 2)
+
+
+class HealthyBf16AutocastCnn(FashionCase):
+    """A CNN trained under torch.autocast(bfloat16) with fp32 parameters (mixed precision done right)."""
+    flat = False
+
+    def build(self):
+        return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+
+    def forward(self, inputs):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.net(inputs).float()
+
+
+class HealthyBiGruTagger(Case):
+    """Per-position classification: a bidirectional GRU tags each byte of a fortune with whether it
+    is an upper-case letter, a lower-case letter, a digit, white space or anything else (5 tags)."""
+    classes = 5
+    epochs = 4
+
+    def __init__(self, config):
+        super().__init__(config)
+        x, _, xt, _ = fortunes_by_category(length=32)
+        self.x, self.xt = x, xt
+        self.y, self.yt = self.tags(x), self.tags(xt)
+
+        class Tagger(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(256, 16)
+                self.gru = nn.GRU(16, 16, batch_first=True, bidirectional=True)
+                self.out = nn.Linear(32, 5)
+
+            def forward(self, x):
+                h, _ = self.gru(self.emb(x))
+                return self.out(h)
+        self.net = Tagger()
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.05)
+
+    @staticmethod
+    def tags(x):
+        t = torch.full_like(x, 4)
+        t[(x >= 97) & (x <= 122)] = 1
+        t[(x >= 65) & (x <= 90)] = 0
+        t[(x >= 48) & (x <= 57)] = 2
+        t[(x == 32) | (x == 9) | (x == 10) | (x == 0)] = 3
+        return t
+
+    def loss(self, outputs, targets):
+        return F.cross_entropy(outputs.reshape(-1, 5), targets.reshape(-1))
+
+
+class HealthyDeepMlpKaiming(FashionCase):
+    """Eight hidden ReLU layers of 128 without normalization, Kaiming-normal weights and zero biases
+    (the init that keeps a deep ReLU stack's activations at scale), SGD with momentum."""
+
+    def build(self):
+        layers, d = [], 784
+        for _ in range(8):
+            lin = nn.Linear(d, 128)
+            nn.init.kaiming_normal_(lin.weight, nonlinearity="relu")
+            nn.init.zeros_(lin.bias)
+            layers += [lin, nn.ReLU()]
+            d = 128
+        return nn.Sequential(*layers, nn.Linear(128, 10))
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=config.optimizer.lr * 0.2, momentum=0.9)
+
+
+class HealthySlowTransformer(TextCase):
+    """A small decoder at a learning rate that learns slowly: at the doctor's default length it is
+    still near its starting loss, and learning."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        from cases import Attention, TinyGPT
+        self.net = TinyGPT(Attention(32, self.block, 0.0))
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.004)
+
+
+class HealthyMultiLabel(Case):
+    """Multi-label classification with BCEWithLogits: each image's labels are its class and the
+    classes of its two neighbours in the label order (3 of 10 on)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.x, y, self.xt, yt = fashion_normalized()
+        self.y, self.yt = self.multi_hot(y), self.multi_hot(yt)
+        self.net = MLP(hidden=128)
+        self.opt = sgd(self.net, config)
+
+    @staticmethod
+    def multi_hot(y):
+        t = torch.zeros(len(y), 10)
+        for shift in (-1, 0, 1):
+            t[torch.arange(len(y)), (y + shift) % 10] = 1
+        return t
+
+    def loss(self, outputs, targets):
+        return F.binary_cross_entropy_with_logits(outputs, targets)
+
+
+class HealthyHuberRegression(Case):
+    """Regression of each image's mean brightness in its top and bottom halves (standardized), Huber
+    loss, AdamW with weight decay 0.05 and a cosine schedule."""
+    classes = 1
+
+    def __init__(self, config):
+        super().__init__(config)
+        x, _, xt, _ = fashion_normalized()
+        self.x, self.xt = x, xt
+        self.y, self.yt = self.targets(x), self.targets(xt)
+        self.net = MLP(hidden=64, out=2)
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02, weight_decay=0.05)
+        self.schedule = torch.optim.lr_scheduler.CosineAnnealingLR(self.opt, T_max=self.planned_steps())
+
+    @staticmethod
+    def targets(x):
+        img = x.reshape(-1, 28, 28)
+        t = torch.stack([img[:, :14].mean((1, 2)), img[:, 14:].mean((1, 2))], 1)
+        return (t - 0.03) / 0.55  # standardized by the training set's mean and std (measured: 0.03, 0.55)
+
+    def loss(self, outputs, targets):
+        return F.huber_loss(outputs, targets)
+
+    def optimizer_step(self):
+        self.opt.step()
+        self.schedule.step()
+
+
+class HealthyConvTextClassifier(FortuneCase):
+    """Which file a fortune comes from, by an embedding, two 1-D convolutions and max pooling over
+    the bytes, Adam."""
+
+    def __init__(self, config):
+        super().__init__(config)
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(256, 32, padding_idx=0)
+                self.conv1 = nn.Conv1d(32, 64, 5, padding=2)
+                self.conv2 = nn.Conv1d(64, 64, 5, padding=2)
+                self.fc = nn.Linear(64, len(CATEGORIES))
+
+            def forward(self, x):
+                h = self.emb(x).transpose(1, 2)
+                h = F.relu(self.conv2(F.relu(self.conv1(h))))
+                return self.fc(h.amax(2))
+        self.net = Net()
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.04)
+
+
+_TEACHER = {}
+
+
+def pretrained_teacher(x, y):
+    """An MLP of 256 hidden units trained for 300 SGD steps on (x, y), once per process with its own
+    seeds: the teacher a student is distilled from."""
+    if "mlp" not in _TEACHER:
+        with torch.random.fork_rng():
+            torch.manual_seed(4321)
+            net = MLP(hidden=256)
+            opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+            g = torch.Generator().manual_seed(4321)
+            for _ in range(300):
+                idx = torch.randint(0, x.shape[0], (64,), generator=g)
+                opt.zero_grad()
+                F.cross_entropy(net(x[idx]), y[idx]).backward()
+                opt.step()
+        _TEACHER["mlp"] = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    net = MLP(hidden=256)
+    net.load_state_dict(_TEACHER["mlp"])
+    return net
+
+
+class HealthyDistillation(FashionCase):
+    """A small student distilled from a frozen pretrained teacher that lives inside the model (its
+    parameters requires_grad=False): KL of the softened outputs (T = 2) plus cross-entropy."""
+
+    def build(self):
+        class Distilled(nn.Module):
+            def __init__(self, teacher):
+                super().__init__()
+                self.student = MLP(hidden=32)
+                self.teacher = teacher.requires_grad_(False)
+                self.teacher_logits = None
+
+            def forward(self, x):
+                with torch.no_grad():
+                    self.teacher_logits = self.teacher(x)
+                return self.student(x)
+        return Distilled(pretrained_teacher(self.x, self.y))
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = sgd(self.net.student, config)
+
+    def loss(self, outputs, targets):
+        t = self.net.teacher_logits
+        kd = F.kl_div(F.log_softmax(outputs / 2, 1), F.softmax(t / 2, 1), reduction="batchmean") * 4
+        return 0.5 * kd + 0.5 * F.cross_entropy(outputs, targets)
+
+
+class HealthyGroupNormOneCycle(FashionCase):
+    """A CNN with GroupNorm and SiLU under OneCycleLR (warm-up from lr/25), whose scheduler, as
+    PyTorch's does, refuses to step past the total it was built for."""
+    flat = False
+
+    def build(self):
+        return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.GroupNorm(4, 16), nn.SiLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(16, 32, 3, padding=1), nn.GroupNorm(8, 32), nn.SiLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=config.optimizer.lr, momentum=0.9)
+        self.schedule = torch.optim.lr_scheduler.OneCycleLR(self.opt, max_lr=config.optimizer.lr,
+                                                            total_steps=self.planned_steps() + 1)
+
+    def optimizer_step(self):
+        self.opt.step()
+        self.schedule.step()
+
+
+class HealthyEmaEvaluation(FashionCase):
+    """An MLP evaluated with an EMA copy of its weights, decay 0.9 updated after every step (an EMA
+    whose window fits the run)."""
+
+    def build(self):
+        class WithEma(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = MLP()
+                self.ema = copy.deepcopy(self.net).requires_grad_(False)
+
+            def forward(self, x):
+                return self.net(x) if self.training else self.ema(x)
+        return WithEma()
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = sgd(self.net.net, config)
+
+    def optimizer_step(self):
+        self.opt.step()
+        with torch.no_grad():
+            for e, p in zip(self.net.ema.parameters(), self.net.net.parameters()):
+                e.mul_(0.9).add_(p, alpha=0.1)
+
+
+BUGS = {
+    "same_batch_every_step": SameBatchEveryStep,
+    "heldout_class_order_mismatch": HeldoutClassOrderMismatch,
+    "warmup_never_stepped": WarmupNeverStepped,
+    "weight_decay_typo": WeightDecayTypo,
+    "adam_epsilon_one": AdamEpsilonOne,
+    "plateau_mode_max_on_loss": PlateauModeMaxOnLoss,
+    "zero_grad_between_backward_and_step": ZeroGradBetweenBackwardAndStep,
+    "manual_update_rebinds_local": ManualUpdateRebindsLocal,
+    "bf16_without_master_weights": Bf16WithoutMasterWeights,
+    "checkpointed_block_without_grad_input": CheckpointedBlockWithoutGradInput,
+    "init_normal_std_one": InitNormalStdOne,
+    "zero_init_hidden": ZeroInitHidden,
+    "nll_without_minus": NllWithoutMinus,
+    "kl_div_on_probabilities": KlDivOnProbabilities,
+    "class_weights_from_counts": ClassWeightsFromCounts,
+    "binary_targets_inverted": BinaryTargetsInverted,
+    "inverted_causal_mask": InvertedCausalMask,
+    "additive_boolean_mask": AdditiveBooleanMask,
+    "view_instead_of_transpose": ViewInsteadOfTranspose,
+    "eps_outside_sqrt": EpsOutsideSqrt,
+    "ema_evaluated_too_early": EmaEvaluatedTooEarly,
+    "dropout_rescaled_at_eval": DropoutRescaledAtEval,
+}
+HEALTHY = {
+    "healthy_padded_transformer_encoder": HealthyPaddedTransformerEncoder,
+    "healthy_bf16_autocast_cnn": HealthyBf16AutocastCnn,
+    "healthy_bigru_tagger": HealthyBiGruTagger,
+    "healthy_deep_mlp_kaiming": HealthyDeepMlpKaiming,
+    "healthy_slow_transformer": HealthySlowTransformer,
+    "healthy_multi_label": HealthyMultiLabel,
+    "healthy_huber_regression": HealthyHuberRegression,
+    "healthy_conv_text_classifier": HealthyConvTextClassifier,
+    "healthy_distillation": HealthyDistillation,
+    "healthy_group_norm_one_cycle": HealthyGroupNormOneCycle,
+    "healthy_ema_evaluation": HealthyEmaEvaluation,
+}
+for _name, _cls in {**BUGS, **HEALTHY}.items():
+    spikehunt.register(_name, _cls)
+
+if __name__ == "__main__":
+    spikehunt.main()

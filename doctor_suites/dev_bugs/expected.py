@@ -1,0 +1,36 @@
+"""What the doctor should say about each case of bugs.py, written before the doctor first ran on
+it (the commit that adds a batch holds its expectations and nothing the doctor printed).
+
+case: (faulty part, a regular expression the top-ranked cause must match, case-insensitive).
+The part is one of the parts the doctor swaps (docs/doctor.md): data, init, model, loss, optimizer,
+step, evaluation. The expression names the mechanism in words a right diagnosis would use, not a
+sign's wording."""
+
+EXPECTED = {
+    # ---- batch 1 (22 cases), committed before the doctor's first run on them
+    "same_batch_every_step": ("data", r"same batch|1 distinct|one distinct|identical to|repeat"),
+    "heldout_class_order_mismatch": ("evaluation", r"held-out labels|permut|class (order|map|index)|labels .*(shifted|mapped)"),
+    "warmup_never_stepped": ("optimizer", r"learning rate[^.;]*\b(is|stays|of|at|peak) 0\b|learning rate[^.;]*zero|lr[^.;]*= ?0\b"),
+    "weight_decay_typo": ("optimizer", r"weight decay|decay[^.;]*(dominat|larger|outweigh)"),
+    "adam_epsilon_one": ("optimizer", r"\beps|epsilon"),
+    "plateau_mode_max_on_loss": ("optimizer", r"learning rate[^.;]*(falls|drops|decay|under|reduc|shrink)|plateau|schedul"),
+    "zero_grad_between_backward_and_step": ("step", r"(gradient|\.grad)[^.;]*(zero|cleared|reset)[^.;]*(before|between)|zero_grad"),
+    "manual_update_rebinds_local": ("step", r"never change|not (applied|changed)|(no|none of the) (parameter|weight)s? (change|move)|update[^.;]* not"),
+    "bf16_without_master_weights": ("step", r"bfloat16|bf16|round|precision|float32 (master|cop)"),
+    "checkpointed_block_without_grad_input": ("model", r"no gradient reaches|checkpoint|(zero|no) gradient"),
+    "init_normal_std_one": ("init", r"initiali[sz]|init\b|fan.in|scale of [^.;]*(output|layer)"),
+    "zero_init_hidden": ("init", r"initiali[sz]|init\b|zero[^.;]*(weight|init)|symmetr|identical"),
+    "nll_without_minus": ("loss", r"sign|negat|maximi|below 0|minus"),
+    "kl_div_on_probabilities": ("loss", r"log.?prob|kl_div|below 0|negative"),
+    "class_weights_from_counts": ("loss", r"class weight|weight[^.;]*(class|count)"),
+    "binary_targets_inverted": ("loss", r"invert|opposite|swapped|permut|1 ?- ?(y|target)|flipped"),
+    "inverted_causal_mask": ("model", r"mask|attention|-inf"),
+    "additive_boolean_mask": ("model", r"later positions|future|causal|mask"),
+    "view_instead_of_transpose": ("model", r"other samples of its batch|mix|batch dimension|view|transpose|permute"),
+    "eps_outside_sqrt": ("model", r"divi|sqrt|0/0|\beps|norm"),
+    "ema_evaluated_too_early": ("evaluation", r"eval|EMA|moving average"),
+    "dropout_rescaled_at_eval": ("evaluation", r"eval[^.;]*(mode|scale|differ)|train(ing)?[^.;]* eval|dropout"),
+}
+
+# Healthy programs, each at seeds 0 and 1 and the config's learning rate: any failed sign is a false alarm.
+HEALTHY_SEEDS = [0, 1]
