@@ -459,6 +459,153 @@ class DropoutRescaledAtEval(FashionCase):
         return Net()
 
 
+# ================================================================ batch 2
+# Written after batch 1 was improved on, before the doctor ran on these.
+
+class SgdPositionalMomentumAsLr(FashionCase):
+    # torch.optim.SGD's second positional argument is the learning rate: SGD(params, 0.9, 0.01), written for
+    # "momentum 0.9, lr 0.01" (Keras-style argument order), trains at lr 0.9 with momentum 0.01 (a recurring
+    # forum question, e.g. "SGD(model.parameters(), 0.9) does not converge"; DeepFD's "wrong learning rate").
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.SGD(self.net.parameters(), 0.9, 0.01)
+
+
+class GradClipMaxNormTiny(FashionCase):
+    # clip_grad_norm_ given a max norm meant for something else (the learning rate, 1e-3): every step's
+    # gradient is cut to norm 0.001, so nothing moves (AutoTrainer's "slow convergence" symptom; e.g.
+    # Lightning-AI/pytorch-lightning#6131-style reports of a gradient_clip_val typo).
+    def optimizer_step(self):
+        torch.nn.utils.clip_grad_norm_(self.net.parameters(), max_norm=1e-3)
+        self.opt.step()
+
+
+class NormalizedIn255Units(FashionCase):
+    # transforms.Normalize given the mean and std in 0..255 units after ToTensor() has already scaled the
+    # pixels to 0..1 (pytorch/vision#1439-style reports; "Normalize((0.5*255,), (0.5*255,))"): every pixel
+    # becomes about -1 +- 0.004, the images barely differ from one another.
+    def __init__(self, config):
+        super().__init__(config)
+        raw, raw_t = self.x * 0.3530 + 0.2860, self.xt * 0.3530 + 0.2860  # ToTensor()'s 0..1
+        self.x, self.xt = (raw - 0.2860 * 255) / (0.3530 * 255), (raw_t - 0.2860 * 255) / (0.3530 * 255)
+
+
+class LstmReadsFirstTimestep(Case):
+    # A sequence classifier reading the LSTM's output at the first time step, out[:, 0], where the summary
+    # of the whole sequence is at the last one, out[:, -1] (e.g. bentrevett/pytorch-sentiment-analysis
+    # issues on indexing the LSTM output; the first step has seen one row of the image).
+    def __init__(self, config):
+        super().__init__(config)
+        x, self.y, xt, self.yt = fashion_normalized()
+        self.x, self.xt = x.reshape(-1, 28, 28), xt.reshape(-1, 28, 28)
+
+        class RowLstm(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm = nn.LSTM(28, 64, batch_first=True)
+                self.fc = nn.Linear(64, 10)
+
+            def forward(self, x):
+                out, _ = self.lstm(x)
+                return self.fc(out[:, 0])
+        self.net = RowLstm()
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
+class BatchNormMomentumZero(FashionCase):
+    # BatchNorm1d(momentum=0.0), meant as "no momentum": PyTorch's momentum is the new batch's weight in the
+    # running statistics, so 0 never updates them and evaluation normalizes with the initial mean 0 and
+    # variance 1 (pytorch/pytorch#12356-style confusion about momentum's meaning).
+    def build(self):
+        return nn.Sequential(nn.Linear(784, 128), nn.BatchNorm1d(128, momentum=0.0), nn.ReLU(), nn.Linear(128, 10))
+
+
+class WarmupLongerThanRun(FashionCase):
+    # A linear warm-up counted in steps whose length was given in samples (or epochs x steps twice):
+    # num_warmup_steps = 10,000 for a run of a few hundred steps, so the learning rate never gets past a few
+    # percent of its peak (huggingface/transformers issues on warmup_steps larger than the training steps,
+    # e.g. #6673).
+    def __init__(self, config):
+        super().__init__(config)
+        warmup = 10_000
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warmup))
+
+    def optimizer_step(self):
+        self.opt.step()
+        self.schedule.step()
+
+
+class HiddenStateNotDetached(Case):
+    # A stateful RNN language model that carries its hidden state from one batch to the next without
+    # detaching it: the second backward runs into the first batch's freed graph ("Trying to backward through
+    # the graph a second time"; pytorch/examples' word_language_model repackage_hidden exists for this,
+    # pytorch/pytorch#2769).
+    classes = 256
+
+    def __init__(self, config):
+        super().__init__(config)
+        t = TextCase(config)
+        self.x, self.y, self.xt, self.yt = t.x, t.y, t.xt, t.yt
+
+        class Lm(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(256, 32)
+                self.rnn = nn.GRU(32, 64, batch_first=True)
+                self.head = nn.Linear(64, 256)
+                self.hidden = None
+
+            def forward(self, x):
+                if self.hidden is None or self.hidden.shape[1] != x.shape[0]:
+                    self.hidden = torch.zeros(1, x.shape[0], 64)
+                out, self.hidden = self.rnn(self.emb(x), self.hidden)  # carried, never detached
+                return self.head(out)
+        self.net = Lm()
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+    def loss(self, outputs, targets):
+        return F.cross_entropy(outputs.reshape(-1, 256), targets.reshape(-1))
+
+
+class CrossEntropyWithoutPermute(TextCase):
+    # Per-token logits (batch, time, vocabulary) given to cross_entropy as they are: it takes the classes in
+    # dimension 1, (batch, classes, time), and refuses the targets' shape (pytorch/pytorch#24227-style
+    # "Expected target size" reports).
+    def __init__(self, config):
+        super().__init__(config)
+        from cases import Attention, TinyGPT
+        self.net = TinyGPT(Attention(32, self.block, 0.1))
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+    def loss(self, outputs, targets):
+        return F.cross_entropy(outputs, targets)
+
+
+class TargetsShiftedWrongWay(TextCase):
+    # Next-token labels shifted the wrong way: targets[t] = inputs[t - 1], the previous token, which the model
+    # has already seen, so it learns to copy from one position back (e.g. karpathy/nanoGPT and
+    # huggingface/transformers discussions of label shifting; the mirror image of unshifted labels).
+    def __init__(self, config):
+        super().__init__(config)
+        self.y = torch.cat([self.x[:, :1], self.x[:, :-1]], 1)
+        self.yt = torch.cat([self.xt[:, :1], self.xt[:, :-1]], 1)
+        from cases import Attention, TinyGPT
+        self.net = TinyGPT(Attention(32, self.block, 0.1))
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
+class FreezeEverythingAfterFirstEpoch(FashionCase):
+    # A fine-tuning schedule meant to freeze the body after the first epoch that freezes every parameter,
+    # the head's too (for p in model.parameters(): p.requires_grad = False), so training stops after one
+    # epoch (e.g. the "freeze backbone" loops of many fine-tuning repos that forget to re-enable the head).
+    epochs = 4
+
+    def on_epoch_start(self):
+        if self.done > 0:
+            for p in self.net.parameters():
+                p.requires_grad = False
+
+
 # ================================================================ healthy programs
 
 class HealthyPaddedTransformerEncoder(Case):
@@ -773,6 +920,17 @@ BUGS = {
     "eps_outside_sqrt": EpsOutsideSqrt,
     "ema_evaluated_too_early": EmaEvaluatedTooEarly,
     "dropout_rescaled_at_eval": DropoutRescaledAtEval,
+    # batch 2
+    "sgd_positional_momentum_as_lr": SgdPositionalMomentumAsLr,
+    "grad_clip_max_norm_tiny": GradClipMaxNormTiny,
+    "normalized_in_255_units": NormalizedIn255Units,
+    "lstm_reads_first_timestep": LstmReadsFirstTimestep,
+    "batchnorm_momentum_zero": BatchNormMomentumZero,
+    "warmup_longer_than_run": WarmupLongerThanRun,
+    "hidden_state_not_detached": HiddenStateNotDetached,
+    "cross_entropy_without_permute": CrossEntropyWithoutPermute,
+    "targets_shifted_wrong_way": TargetsShiftedWrongWay,
+    "freeze_everything_after_first_epoch": FreezeEverythingAfterFirstEpoch,
 }
 HEALTHY = {
     "healthy_padded_transformer_encoder": HealthyPaddedTransformerEncoder,

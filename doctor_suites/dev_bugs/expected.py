@@ -30,6 +30,17 @@ EXPECTED = {
     "eps_outside_sqrt": ("model", r"divi|sqrt|0/0|\beps|norm"),
     "ema_evaluated_too_early": ("evaluation", r"eval|EMA|moving average"),
     "dropout_rescaled_at_eval": ("evaluation", r"eval[^.;]*(mode|scale|differ)|train(ing)?[^.;]* eval|dropout"),
+    # ---- batch 2 (10 cases), committed after batch 1 was improved on, before the doctor's first run on them
+    "sgd_positional_momentum_as_lr": ("optimizer", r"learning rate[^.;]*(0\.9|too (high|large))|positional|\blr\b[^.;]*0\.9"),
+    "grad_clip_max_norm_tiny": ("step", r"clip|max.?norm|update[^.;]*(tiny|small|shrink)"),
+    "normalized_in_255_units": ("data", r"normaliz|inputs[^.;]*(barely|hardly|vary|constant|tiny|spread)|255"),
+    "lstm_reads_first_timestep": ("model", r"first (time ?step|position)|out\[:, ?0\]|last (time ?step|position)"),
+    "batchnorm_momentum_zero": ("evaluation", r"momentum|running (statistics|mean|var)"),
+    "warmup_longer_than_run": ("schedule", r"warm.?up|learning rate[^.;]*(only|never|below|under|of its|reach)"),
+    "hidden_state_not_detached": ("model", r"graph a second time|hidden state|detach|previous (step|batch)"),
+    "cross_entropy_without_permute": ("loss", r"permute|transpose|class(es)? (in )?dimension|expected target size"),
+    "targets_shifted_wrong_way": ("data", r"previous|earlier position|one position back|shift|targets are the inputs"),
+    "freeze_everything_after_first_epoch": ("model", r"requires_grad|frozen|no trainable"),
 }
 
 # Healthy programs, each at seeds 0 and 1 and the config's learning rate: any failed sign is a false alarm.
