@@ -149,6 +149,9 @@ BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstO
       trainer.emplace(scenario);
       plain.verdict.planned_steps = trainer->planned_steps();
       if (options.monitor) steps.emplace(scenario, rules, options);
+      if (options.before_optimizer_step || options.after_optimizer_step) {
+        trainer->set_around_optimizer_step(options.before_optimizer_step, options.after_optimizer_step);
+      }
       if (Ranks* ranks = options.ranks) {
         trainer->set_after_backward([ranks, &scenario] {
           std::vector<torch::Tensor> grads;

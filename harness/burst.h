@@ -49,6 +49,8 @@ struct BurstOptions {
   // trains its own, the gradients are averaged over the ranks after backward,
   // and the monitor records the global step (Monitor::set_ranks).
   Ranks* ranks = nullptr;
+  // Called right before and after each step's optimizer_step() (Trainer::set_around_optimizer_step).
+  std::function<void()> before_optimizer_step, after_optimizer_step;
   // Read between steps: true ends the burst where it is (`run`'s Ctrl-C), with
   // BurstResult::interrupted set; its verdict is what the steps run showed.
   const std::atomic<bool>* stop = nullptr;

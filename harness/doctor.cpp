@@ -148,6 +148,7 @@ VitalSign optimizer_coverage(const Watched& w, size_t optimizers) {
          "requires_grad(false)");
   } else if (measured && !never_changed.empty()) {
     v.named = never_changed;
+    v.part = "step";
     v.evidence += "; " + list(never_changed) + " had nonzero gradients but never changed";
     fail(v, kRankCoverage,
          "the optimizer never changes " + list(never_changed, 3) + " though they have gradients",
@@ -159,13 +160,17 @@ VitalSign optimizer_coverage(const Watched& w, size_t optimizers) {
 
 // ---- 5. overfit one batch ----
 
-void disable_weight_decay(torch::optim::Optimizer& optimizer) {
-  for (auto& group : optimizer.param_groups()) {
-    torch::optim::OptimizerOptions& o = group.options();
-    if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&o)) sgd->weight_decay(0);
-    if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&o)) adam->weight_decay(0);
-    if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&o)) adamw->weight_decay(0);
+// The dropout modules (by class: Dropout, Dropout1d/2d/3d, AlphaDropout, FeatureAlphaDropout) in eval
+// mode, the rest of the model as it was; returns their names.
+std::vector<std::string> dropout_off(torch::nn::Module& model) {
+  std::vector<std::string> off;
+  for (const auto& [name, kind] : module_classes(model)) {
+    if (kind.find("Dropout") == std::string::npos) continue;
+    for (const auto& m : model.named_modules("", /*include_self=*/false)) {
+      if (m.key() == name) m.value()->eval(), off.push_back(name);
+    }
   }
+  return off;
 }
 
 // Held-out classes whose predictions consistently name one other class.
@@ -197,10 +202,11 @@ std::map<int64_t, int64_t> shifted_classes(const std::vector<Prediction>& preds,
 VitalSign overfit_one_batch(const ScenarioFactory& make, const Probe& probe, const DoctorOptions& o) {
   VitalSign v = sign("overfit_one_batch");
   std::unique_ptr<Scenario> s = guarded("setup", make);
-  for (const NamedOptimizer& opt : s->optimizers()) disable_weight_decay(*opt.optimizer);
-  // No dropout; a batch-normalized model keeps training mode (its running
-  // statistics would otherwise stand in for the batch's).
-  if (!has_batch_norm(s->model())) s->model().eval();
+  int decay_off = 0;
+  for (const NamedOptimizer& opt : s->optimizers()) decay_off += set_weight_decay_off(*opt.optimizer);
+  // The model trains in training mode, as the program trains it, with its dropout modules off (a
+  // functional dropout in forward() stays: nothing outside the code can turn it off).
+  const std::vector<std::string> no_dropout = dropout_off(s->model());
   const Batch& batch = probe.batches.front();
   Trainer trainer(*s, /*schedule=*/false);  // the config's peak learning rate
   double first = NAN, last = NAN;
@@ -249,7 +255,8 @@ VitalSign overfit_one_batch(const ScenarioFactory& make, const Probe& probe, con
   const bool fell = std::isfinite(last) &&
                     (last <= 0.25 * std::min(first, std::log(double(probe.classes))) || still_falling);
   v.data = {{"first_loss", number(first)}, {"final_loss", number(last)}, {"steps", steps},
-            {"threshold", o.overfit_loss}, {"batch_size", batch.targets.size(0)}};
+            {"threshold", o.overfit_loss}, {"batch_size", batch.targets.size(0)},
+            {"weight_decay_turned_off", decay_off}, {"dropout_turned_off", no_dropout}};
   v.evidence = "one batch of " + std::to_string(batch.targets.size(0)) + ": loss " + fmt(first) + " -> " + fmt(last) +
                (converged ? " in " + std::to_string(steps) + " steps" : " after " + std::to_string(steps) + " steps") +
                " (threshold " + fmt(o.overfit_loss) + ")";
@@ -396,6 +403,7 @@ VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
   } else if (w.not_training.count("model")) {
     // The whole model (a submodule alone may be frozen in eval mode on purpose).
     v.named = {"model"};
+    v.part = "step";
     fail(v, kRankEvalRandom,
          "the model trains in eval mode (" + std::to_string(w.not_training.at("model")) + " of " +
              std::to_string(w.records.size()) + " steps): dropout is off and batch norm uses its running statistics",
@@ -404,6 +412,53 @@ VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w) {
   return v;
 }
 
+
+// Evaluation sees the activations training sees, on average: without batch statistics in the model, the
+// eval-mode output of a batch matches the mean of its training-mode outputs over dropout's draws (inverted
+// dropout scales by 1 / (1 - p) in training so that it does); a ratio of their spreads far from 1 is
+// something that scales activations in one mode only (dropout's (1 - p) applied again at evaluation).
+VitalSign eval_scale(Scenario* trained, const Probe& p) {
+  VitalSign v = sign("eval_scale");
+  if (trained == nullptr) return skipped("eval_scale", "the watched run did not end finite");
+  if (has_batch_norm(trained->model())) return skipped("eval_scale", "batch statistics differ between the modes by design");
+  const Batch& b = p.heldout.empty() ? p.batches.front() : p.heldout.front();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor eval = fixed_outputs(*trained, b);
+  torch::Tensor mean;
+  constexpr int kDraws = 16;
+  {
+    const bool was = trained->model().is_training();
+    trained->model().train();
+    KeepRng rng;
+    for (int k = 0; k < kDraws; ++k) {
+      rng.reseed(uint64_t(1000 + k));
+      const torch::Tensor o = guarded("forward", [&] { return trained->forward(b.inputs, Tap()); }).detach().to(torch::kFloat64);
+      mean = mean.defined() ? mean + o : o;
+    }
+    trained->model().train(was);
+  }
+  mean = mean / double(kDraws);
+  if (mean.sizes() != eval.sizes() || eval.dim() < 1) return skipped("eval_scale", "the two modes' outputs differ in shape");
+  auto spread = [](const torch::Tensor& o) {  // per-sample spread around the sample's own mean, for class scores
+    const torch::Tensor f = o.reshape({o.size(0), -1});
+    return (f.size(1) > 1 ? f - f.mean(1, true) : f - f.mean()).square().mean().sqrt().item<double>();
+  };
+  const double e = spread(eval), m = spread(mean);
+  const double ratio = m > 0 ? e / m : (e > 0 ? INFINITY : 1);
+  v.data = {{"eval_spread", number(e)}, {"train_mean_spread", number(m)}, {"ratio", number(ratio)}, {"draws", kDraws}};
+  v.evidence = "after the watched run, the eval-mode outputs' spread against the mean of " + std::to_string(kDraws) +
+               " training-mode passes': " + fmt(e) + " against " + fmt(m) + " (x" + fmt(ratio) + ")";
+  if (m > 0 && (ratio < 0.5 || ratio > 2)) {
+    v.named = {"eval mode"};
+    fail(v, kRankEvalRandom,
+         "the model evaluates at another scale than it trains: its eval-mode outputs spread " + fmt(ratio) +
+             "x as wide as the average of its training-mode outputs on the same held-out batch, where dropout done "
+             "as PyTorch does keeps them equal",
+         "something scales the activations in one mode only: inverted dropout already divides by (1 - p) in "
+         "training, so multiplying by (1 - p) at evaluation (the non-inverted convention) scales them twice");
+  }
+  return v;
+}
 
 // Held-out inputs must be preprocessed like the training inputs.
 VitalSign heldout_inputs(const Probe& p) {
@@ -497,6 +552,23 @@ void annotate_consequences(DoctorReport& report) {
   }
 }
 
+// When the experiments found the faulty part, the failed signs of that part (at a rank where they name a
+// cause) come first, and the experiment's own sign next: a cause found by swapping the part outranks
+// what any probe read elsewhere. The other signs keep their ranks.
+void rank_by_experiment(DoctorReport& report, const Experiments& e) {
+  if (e.parts.empty()) return;
+  for (VitalSign& v : report.signs) {
+    if (v.passed || v.skipped || v.name == "faulty_part" || v.rank == kRankCodeError) continue;
+    const SignSpec* spec = find_spec(v.name);
+    if (spec != nullptr && spec->consequence_rank != 0 && v.rank == spec->consequence_rank) continue;
+    const bool in_part = std::find(e.parts.begin(), e.parts.end(), v.part) != e.parts.end();
+    const bool scale = scale_sign(v.name) && std::find(e.parts.begin(), e.parts.end(), "optimizer") != e.parts.end();
+    if (!in_part && !scale) continue;
+    v.rank += kRankInPart;
+    v.data["found_by_experiment"] = true;
+  }
+}
+
 // Runs the registry's signs of one stage, in order, timed.
 void run_stage(SignStage stage, Context& c, DoctorReport& report) {
   for (const SignSpec& spec : registry()) {
@@ -504,6 +576,7 @@ void run_stage(SignStage stage, Context& c, DoctorReport& report) {
     const Clock::time_point start = Clock::now();
     VitalSign v = spec.run(c);
     v.seconds = seconds_since(start);
+    if (v.part.empty()) v.part = sign_part(spec.name);
     report.signs.push_back(std::move(v));
   }
 }
@@ -564,6 +637,7 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     c.bounded = bounded_logits(*s, c.first_out, p.batches.front());
     c.log_probs = log_probability_logits(*s, c.first_out, p.batches.front());
     c.graph = probe_graph(*s, p.batches.front());
+    c.modules = guarded("forward", [&] { return s->module_outputs(p.batches.front().inputs); });
     const double probe_seconds = seconds_since(probe_start);
     run_stage(SignStage::kProbed, c, report);
     c.fresh = nullptr;
@@ -579,9 +653,17 @@ DoctorReport run_doctor(const ScenarioFactory& make, const DoctorOptions& o) {
     for (const SignSpec& spec : registry()) {
       if (spec.after_watch) spec.after_watch(*report.find_mutable(spec.name), c);
     }
+    const Clock::time_point experiments_start = Clock::now();
+    const Experiments experiments = run_experiments(make, p, w, o.steps);
+    const double experiments_seconds = seconds_since(experiments_start);
+    c.experiments = &experiments;
     run_stage(SignStage::kWatched, c, report);
     report.find_mutable("loss_domain")->seconds += probe_seconds;
+    report.find_mutable("faulty_part")->seconds += experiments_seconds;
     annotate_consequences(report);
+    rank_by_experiment(report, experiments);
+    check_consistency(report, /*repair=*/true);
+    report.contradictions = check_consistency(report, /*repair=*/false);
     report.signs.front().evidence = "the training code ran " + std::to_string(w.records.size()) + " steps without throwing";
   } catch (const TrainingError& e) {
     report.signs.front() = code_error_sign(e);
@@ -634,15 +716,16 @@ json doctor_json(const DoctorReport& report) {
   json signs = json::array();
   for (const VitalSign& s : report.signs) {
     json j = {{"name", s.name}, {"passed", s.passed}, {"skipped", s.skipped}, {"evidence", s.evidence},
-              {"hint", s.hint}, {"named", s.named},   {"data", s.data}, {"seconds", s.seconds}};
+              {"hint", s.hint}, {"named", s.named},   {"data", s.data}, {"seconds", s.seconds}, {"part", s.part}};
     if (!s.passed) j["cause"] = s.cause, j["rank"] = s.rank;
     signs.push_back(j);
   }
   json top = nullptr;
-  if (const VitalSign* t = report.top()) top = {{"sign", t->name}, {"cause", t->cause}, {"hint", t->hint}};
+  if (const VitalSign* t = report.top()) top = {{"sign", t->name}, {"cause", t->cause}, {"hint", t->hint}, {"part", t->part}};
   return {{"passed", report.passed()}, {"most_likely_cause", top}, {"signs", signs},
           {"scenario", report.scenario}, {"parameters", report.parameters}, {"optimizers", report.optimizers},
-          {"run_seconds", report.run_seconds}};
+          {"run_seconds", report.run_seconds}, {"corrections", report.corrections},
+          {"contradictions", report.contradictions}};
 }
 
 }  // namespace spikehunt

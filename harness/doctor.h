@@ -74,6 +74,10 @@ struct VitalSign {
   // monitor's verdict, the grad norm range).
   std::string cause;
   int rank = 100;
+  // The part of the training program it concerns: "data", "init", "model",
+  // "loss", "optimizer", "schedule", "step", "evaluation" ("" when none); the
+  // registry's, unless the sign's finding names another.
+  std::string part;
   double seconds = 0;  // its own probe's time (the watched run they share is DoctorReport::run_seconds)
 };
 
@@ -93,6 +97,10 @@ struct DoctorReport {
   int64_t parameters = 0;               // trainable and frozen, in model()
   std::vector<std::string> optimizers;  // "body (sgd, 2 groups)", ...
   double run_seconds = 0;               // the watched training run the run-based signs read
+  // What the consistency check took out of a sign's text, and why (doctor/consistency.cpp), and the
+  // contradictions it could not repair (empty in a sound report).
+  nlohmann::json corrections = nlohmann::json::array();
+  std::vector<std::string> contradictions;
   bool passed() const;
   const VitalSign* find(const std::string& name) const;
   VitalSign* find_mutable(const std::string& name);

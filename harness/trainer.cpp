@@ -165,7 +165,9 @@ torch::Tensor Trainer::step(int64_t step, const std::vector<Batch>& batches, Mon
     if (!skipped) {
       if (s_.grad_clip() > 0) clip_grad_norm(s_.model().parameters(), s_.grad_clip());
       apply_schedule(step);
+      if (before_step_) before_step_();
       s_.optimizer_step();
+      if (after_step_) after_step_();
     }
     return batches.size() == 1 ? total : total / double(batches.size());
   });

@@ -102,6 +102,12 @@ class Trainer {
   // monitor's after_backward and clipping (a data-parallel burst averages
   // the gradients over its ranks there, as DistributedDataParallel does).
   void set_after_backward(std::function<void()> f) { after_backward_ = std::move(f); }
+  // Called right before and right after optimizer_step() (after clipping and
+  // the schedule; not for a step the loss scaler skipped): the doctor reads
+  // the update itself there.
+  void set_around_optimizer_step(std::function<void()> before, std::function<void()> after) {
+    before_step_ = std::move(before), after_step_ = std::move(after);
+  }
 
  private:
   Scenario& s_;
@@ -110,7 +116,7 @@ class Trainer {
   std::optional<LossScaler> scaler_;
   std::vector<std::vector<double>> base_lr_;  // per optimizer, per group
   ErrorContext context_;
-  std::function<void()> after_backward_;
+  std::function<void()> after_backward_, before_step_, after_step_;
 };
 
 // Deprecated since 0.2.0, removed in 0.3.0: one optimizer step of `batch`

@@ -160,12 +160,18 @@ class ShellModule : public torch::nn::Module {
  public:
   explicit ShellModule(std::string name) : torch::nn::Module(std::move(name)) {}
   void set_python(py::object module) { python_ = PyRef(std::move(module)); }
+  // Sets the Python module's mode (and with it its subtree's), then this
+  // shell's subtree: a submodule's shell carries its own Python module, so
+  // the doctor can put one (a Dropout) in eval mode and leave the rest.
   void train(bool on) override {
-    if (python_.get() && !mirroring_) {
+    if (python_.get() && !mirroring_ && !in_subtree_) {
       py::gil_scoped_acquire gil;
       python_.get().attr("train")(on);
     }
+    const bool was = in_subtree_;
+    in_subtree_ = true;  // the Python call above already set the subtree
     torch::nn::Module::train(on);
+    in_subtree_ = was;
   }
   // Takes the Python module's own mode (its `training`, which the user's code
   // may have set with eval()) onto this shell, without calling Python back:
@@ -182,8 +188,10 @@ class ShellModule : public torch::nn::Module {
  private:
   PyRef python_;
   static thread_local bool mirroring_;
+  static thread_local bool in_subtree_;
 };
 thread_local bool ShellModule::mirroring_ = false;
+thread_local bool ShellModule::in_subtree_ = false;
 
 std::shared_ptr<ShellModule> shell_of(const py::object& module) {
   auto root = std::make_shared<ShellModule>(type_name(module));
@@ -221,6 +229,7 @@ std::shared_ptr<ShellModule> shell_of(const py::object& module) {
     std::string leaf;
     auto parent = parent_of(path, &leaf);
     auto child = std::make_shared<ShellModule>(type_name(pair[1]));
+    child->set_python(py::reinterpret_borrow<py::object>(pair[1]));
     parent->register_module(leaf, child);
     parents.emplace(path, child);
   }
@@ -395,6 +404,36 @@ class PyOptimizer : public ForeignOptimizer {
   const py::object& python() const { return optimizer_.get(); }
 
   std::string kind() const override { return class_; }
+
+  // The group dict's numbers and booleans; betas as beta1 and beta2.
+  std::map<std::string, double> settings(size_t group) override {
+    py::gil_scoped_acquire gil;
+    std::map<std::string, double> out;
+    const py::list groups = optimizer_.get().attr("param_groups");
+    if (group >= groups.size()) return out;
+    for (const auto item : groups[group].cast<py::dict>()) {
+      const std::string name = py::str(item.first);
+      const py::handle v = item.second;
+      if (py::isinstance<py::bool_>(v)) out[name] = v.cast<bool>() ? 1.0 : 0.0;
+      else if (py::isinstance<py::int_>(v) || py::isinstance<py::float_>(v)) out[name] = v.cast<double>();
+      else if (THPVariable_Check(v.ptr()) && THPVariable_Unpack(v.ptr()).numel() == 1) out[name] = v.cast<torch::Tensor>().item<double>();
+      else if (name == "betas" && py::isinstance<py::tuple>(v) && py::len(v) == 2) {
+        out["beta1"] = v.cast<py::tuple>()[0].cast<double>();
+        out["beta2"] = v.cast<py::tuple>()[1].cast<double>();
+      }
+    }
+    return out;
+  }
+
+  bool set_setting(size_t group, const std::string& name, double value) override {
+    py::gil_scoped_acquire gil;
+    const py::list groups = optimizer_.get().attr("param_groups");
+    if (group >= groups.size()) return false;
+    py::dict g = groups[group].cast<py::dict>();
+    if (!g.contains(name.c_str())) return false;
+    g[name.c_str()] = value;
+    return true;
+  }
 
  private:
   static const py::str& state_key() {
@@ -639,6 +678,43 @@ class PyScenario : public Scenario {
     return groups;
   }
   torch::Device device() const override { return training_->device; }
+
+  std::vector<std::string> reset_parameters() override {
+    py::gil_scoped_acquire gil;
+    return call("reset_parameters", [&] {
+      return py::module_::import("spikehunt._doctor").attr("reset_parameters")(module_.get()).cast<std::vector<std::string>>();
+    });
+  }
+
+  std::vector<ModuleOutput> module_outputs(const torch::Tensor& inputs) override {
+    py::gil_scoped_acquire gil;
+    training_->model->mirror_mode();
+    const py::object forward = py::cpp_function([this](const torch::Tensor& x) {
+      return obj_.get().attr("forward")(x);
+    });
+    const py::object rows = call("forward", [&] {
+      return with_warnings([&] {
+        return py::module_::import("spikehunt._doctor").attr("module_outputs")(module_.get(), forward, inputs);
+      });
+    });
+    std::vector<ModuleOutput> out;
+    for (const py::handle r : rows) {
+      const auto t = r.cast<py::tuple>();
+      ModuleOutput o;
+      o.name = t[0].cast<std::string>();
+      o.kind = t[1].cast<std::string>();
+      o.inputs_finite = t[2].cast<bool>();
+      o.numel = t[3].cast<int64_t>();
+      o.non_finite = t[4].cast<int64_t>();
+      o.rms = t[5].cast<double>();
+      o.max_abs = t[6].cast<double>();
+      o.input_rms = t[7].cast<double>();
+      o.fan_in = t[8].cast<int64_t>();
+      o.weight_std = t[9].cast<double>();
+      out.push_back(std::move(o));
+    }
+    return out;
+  }
 
   double grad_clip() const override {
     if (!own_clip_) return Scenario::grad_clip();

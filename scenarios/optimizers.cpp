@@ -213,6 +213,52 @@ std::string optimizer_kind(torch::optim::Optimizer& optimizer) {
 }
 
 double group_lr(torch::optim::OptimizerParamGroup& group) { return group.options().get_lr(); }
+
+std::map<std::string, double> group_settings(torch::optim::Optimizer& optimizer, size_t g) {
+  if (auto* f = dynamic_cast<ForeignOptimizer*>(&optimizer)) return f->settings(g);
+  if (g >= optimizer.param_groups().size()) return {};
+  torch::optim::OptimizerOptions& o = optimizer.param_groups()[g].options();
+  if (auto* x = dynamic_cast<torch::optim::SGDOptions*>(&o)) {
+    return {{"lr", x->lr()}, {"momentum", x->momentum()}, {"dampening", x->dampening()},
+            {"weight_decay", x->weight_decay()}, {"nesterov", x->nesterov() ? 1.0 : 0.0}};
+  }
+  if (auto* x = dynamic_cast<torch::optim::AdamWOptions*>(&o)) {
+    return {{"lr", x->lr()}, {"beta1", std::get<0>(x->betas())}, {"beta2", std::get<1>(x->betas())},
+            {"eps", x->eps()}, {"weight_decay", x->weight_decay()}, {"amsgrad", x->amsgrad() ? 1.0 : 0.0}};
+  }
+  if (auto* x = dynamic_cast<torch::optim::AdamOptions*>(&o)) {
+    return {{"lr", x->lr()}, {"beta1", std::get<0>(x->betas())}, {"beta2", std::get<1>(x->betas())},
+            {"eps", x->eps()}, {"weight_decay", x->weight_decay()}, {"amsgrad", x->amsgrad() ? 1.0 : 0.0}};
+  }
+  if (auto* x = dynamic_cast<torch::optim::RMSpropOptions*>(&o)) {
+    return {{"lr", x->lr()}, {"alpha", x->alpha()}, {"eps", x->eps()}, {"weight_decay", x->weight_decay()},
+            {"momentum", x->momentum()}};
+  }
+  if (auto* x = dynamic_cast<torch::optim::AdagradOptions*>(&o)) {
+    return {{"lr", x->lr()}, {"eps", x->eps()}, {"weight_decay", x->weight_decay()}};
+  }
+  return {};
+}
+
+int set_weight_decay_off(torch::optim::Optimizer& optimizer) {
+  int changed = 0;
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    const std::map<std::string, double> s = group_settings(optimizer, g);
+    const auto wd = s.find("weight_decay");
+    if (wd == s.end() || wd->second == 0) continue;
+    if (auto* f = dynamic_cast<ForeignOptimizer*>(&optimizer)) {
+      changed += f->set_setting(g, "weight_decay", 0);
+      continue;
+    }
+    torch::optim::OptimizerOptions& o = optimizer.param_groups()[g].options();
+    if (auto* x = dynamic_cast<torch::optim::SGDOptions*>(&o)) x->weight_decay(0), ++changed;
+    else if (auto* x = dynamic_cast<torch::optim::AdamWOptions*>(&o)) x->weight_decay(0), ++changed;
+    else if (auto* x = dynamic_cast<torch::optim::AdamOptions*>(&o)) x->weight_decay(0), ++changed;
+    else if (auto* x = dynamic_cast<torch::optim::RMSpropOptions*>(&o)) x->weight_decay(0), ++changed;
+    else if (auto* x = dynamic_cast<torch::optim::AdagradOptions*>(&o)) x->weight_decay(0), ++changed;
+  }
+  return changed;
+}
 void set_group_lr(torch::optim::OptimizerParamGroup& group, double lr) { group.options().set_lr(lr); }
 
 }  // namespace spikehunt

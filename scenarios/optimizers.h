@@ -9,6 +9,7 @@
 //   std::optional<ParamState> s = param_state(*optimizer, p.tensor);
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,6 +56,11 @@ class ForeignOptimizer : public torch::optim::Optimizer {
   virtual std::vector<std::string> buffer_names() = 0;
   virtual bool keeps_step() = 0;
   virtual std::string kind() const { return "optimizer"; }  // its class's name ("AdamW")
+  // A group's numeric settings by name ("lr", "momentum", "weight_decay", "eps",
+  // "beta1", "beta2", "nesterov" as 0/1, ...); empty when it cannot tell.
+  virtual std::map<std::string, double> settings(size_t group) { return {}; }
+  // Sets one of them (a name the group has); false when it cannot.
+  virtual bool set_setting(size_t group, const std::string& name, double value) { return false; }
 };
 
 // What the optimizer is, read from the object: "sgd", "adam", "adamw",
@@ -84,5 +90,14 @@ std::vector<NamedTensor> optimizer_state_of(torch::optim::Optimizer& optimizer,
 
 double group_lr(torch::optim::OptimizerParamGroup& group);
 void set_group_lr(torch::optim::OptimizerParamGroup& group, double lr);
+
+// A group's numeric settings by name, as torch.optim names them: "lr",
+// "momentum", "dampening", "nesterov", "weight_decay", "eps", "beta1",
+// "beta2", "amsgrad", "alpha", "maximize" (booleans as 0 or 1); for LibTorch's
+// SGD, Adam, AdamW, RMSprop and Adagrad, and a foreign optimizer's own; empty
+// for a type spikehunt does not know.
+std::map<std::string, double> group_settings(torch::optim::Optimizer& optimizer, size_t group);
+// Sets every group's weight decay to 0 (the doctor's overfit check); the groups it changed.
+int set_weight_decay_off(torch::optim::Optimizer& optimizer);
 
 }  // namespace spikehunt

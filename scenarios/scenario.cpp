@@ -1,6 +1,7 @@
 #include "scenarios/scenario.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -59,6 +60,66 @@ std::vector<std::vector<std::string>> Scenario::shared_modules() {
   }
   groups.erase(std::remove_if(groups.begin(), groups.end(), [](const auto& g) { return g.size() < 2; }), groups.end());
   return groups;
+}
+
+namespace {
+
+// Calls m->reset_parameters() when the module is one of the LibTorch classes T...; true if it was.
+template <class... T>
+bool reset_one_of(torch::nn::Module& module) {
+  return ((dynamic_cast<T*>(&module) ? (dynamic_cast<T*>(&module)->reset_parameters(), true) : false) || ...);
+}
+
+ModuleOutput output_stats(const std::string& name, const torch::Tensor& t) {
+  ModuleOutput o;
+  o.name = name;
+  if (!t.defined() || !t.is_floating_point() || t.numel() == 0) return o;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor x = t.detach().to(torch::kFloat64);
+  const torch::Tensor finite = torch::isfinite(x);
+  o.numel = x.numel();
+  o.non_finite = o.numel - finite.sum().item<int64_t>();
+  const torch::Tensor f = torch::where(finite, x, torch::zeros_like(x));
+  const int64_t n = std::max<int64_t>(o.numel - o.non_finite, 1);
+  o.rms = std::sqrt(f.square().sum().item<double>() / double(n));
+  o.max_abs = f.abs().max().item<double>();
+  return o;
+}
+
+// Each tap's output, in the order tapped (a tap seen twice keeps its first).
+class OutputSink : public TapSink {
+ public:
+  void on_tap(const char* name, const torch::Tensor& t) override {
+    for (const ModuleOutput& o : outputs) {
+      if (o.name == name) return;
+    }
+    outputs.push_back(output_stats(name, t));
+  }
+  std::vector<ModuleOutput> outputs;
+};
+
+}  // namespace
+
+std::vector<std::string> Scenario::reset_parameters() {
+  using namespace torch::nn;
+  std::vector<std::string> reset;
+  torch::NoGradGuard no_grad;
+  for (const auto& m : model().named_modules("", /*include_self=*/false)) {
+    if (reset_one_of<LinearImpl, BilinearImpl, Conv1dImpl, Conv2dImpl, Conv3dImpl, ConvTranspose1dImpl,
+                     ConvTranspose2dImpl, ConvTranspose3dImpl, EmbeddingImpl, BatchNorm1dImpl, BatchNorm2dImpl,
+                     BatchNorm3dImpl, InstanceNorm1dImpl, InstanceNorm2dImpl, InstanceNorm3dImpl, LayerNormImpl,
+                     GroupNormImpl, RNNImpl, LSTMImpl, GRUImpl>(*m.value())) {
+      reset.push_back(m.key());
+    }
+  }
+  return reset;
+}
+
+std::vector<ModuleOutput> Scenario::module_outputs(const torch::Tensor& inputs) {
+  torch::NoGradGuard no_grad;
+  OutputSink sink;
+  forward(inputs, Tap(&sink));
+  return sink.outputs;
 }
 
 std::vector<NamedTensor> Scenario::optimizer_state() {

@@ -32,6 +32,7 @@
 //   }
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -77,6 +78,19 @@ class Tap {
 struct NamedTensor {
   std::string name;
   torch::Tensor tensor;
+};
+
+// One module's output in one forward pass (Scenario::module_outputs).
+struct ModuleOutput {
+  std::string name;            // "block.0", or a tap's name
+  std::string kind;            // the module's class ("Linear", "LayerNorm"); "" for a tap
+  bool inputs_finite = true;   // every floating-point tensor it was given was finite
+  int64_t numel = 0;           // the output's elements
+  int64_t non_finite = 0;      // of them NaN or Inf
+  double rms = 0, max_abs = 0; // over the finite ones
+  double input_rms = NAN;      // of its first floating-point input (NAN: not read)
+  int64_t fan_in = 0;          // a Linear's or convolution's inputs per output unit (0: not one)
+  double weight_std = NAN;     // a Linear's or convolution's weight's standard deviation
 };
 
 // An optimizer of a scenario, by the name the monitor and reports use.
@@ -141,6 +155,22 @@ class Scenario {
   // names, in model order; empty when none is. The default reads model()'s
   // tree; a Python scenario reads its torch.nn.Module's.
   virtual std::vector<std::vector<std::string>> shared_modules();
+
+  // Re-initializes model() in place by each module's own reset_parameters()
+  // (the framework's default initialization), keeping every tensor object
+  // (the optimizers still hold them); returns the modules it reset, in model
+  // order. The doctor's reference initialization. The default knows
+  // LibTorch's Linear, convolutions, Embedding, the norms and the RNNs; a
+  // Python scenario calls reset_parameters() of each torch.nn.Module that has one.
+  virtual std::vector<std::string> reset_parameters();
+
+  // Runs forward(inputs) once without gradients, in the model's current mode,
+  // and reports each module's output in the order the modules finished (a
+  // module's children before it). The default reports the taps, in the order
+  // tapped; a Python scenario hooks every torch.nn.Module. The doctor reads it
+  // to name the first module that makes NaN/Inf from finite inputs and the
+  // scale of each layer's output at step 0.
+  virtual std::vector<ModuleOutput> module_outputs(const torch::Tensor& inputs);
 
   // The config the scenario was built from: make_scenario() binds it (a
   // scenario built directly has the defaults). The harness reads grad_clip,

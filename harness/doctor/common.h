@@ -22,6 +22,9 @@ namespace spikehunt::doctor_detail {
 // A cause found by an intervention or read from the data ranks above every
 // consequence (overflow, dead units, cannot memorize, collapse, the monitor).
 enum Rank {  // as docs/doctor.md's table numbers them
+  // A part the experiments found faulty: the signs of that part rank first (kRankInPart below), the
+  // experiment itself next.
+  kRankExperiment = -50,
   kRankCodeError = 1,
   kRankBadInputValues = 2,
   kRankNanInput = 3,
@@ -53,6 +56,17 @@ enum Rank {  // as docs/doctor.md's table numbers them
   kRankHealth = 29,
   kRankGradRange = 30,
 };
+// applied_update's findings: the gradient cleared before the step (above optimizer_coverage's "never changes",
+// which it explains), an update larger than the rule's (below grad_accumulation's running sum, which it is
+// a consequence of).
+inline constexpr int kRankUpdateCleared = 11;
+inline constexpr int kRankUpdateScale = 20;
+// The experiments' finding when the swap that made the program learn is a broad one (the optimizer, or the
+// model with its optimizer): an optimizer that normalizes its steps also works around faults of other parts
+// (a scale, a dead output unit), so every sign that found a cause ranks above it, every consequence below.
+inline constexpr int kRankExperimentBroad = 23;
+// Added to the rank of a failed sign (at one of its cause ranks) of a part the experiments found faulty.
+inline constexpr int kRankInPart = -100;
 
 inline std::string list(const std::vector<std::string>& names, size_t max = 6) {
   std::string s;
@@ -154,10 +168,15 @@ std::string log_probability_logits(Scenario& fresh, const torch::Tensor& outputs
 //   batchnorm_momentum  the new batch's weight in BatchNorm's running statistics, measured from the
 //                       running mean after one and two training passes of one batch: 0.5 or more
 VitalSign batchnorm_momentum(Scenario& fresh, const Batch& batch);
+//   init_scale         at step 0, a layer whose weights' std x sqrt(fan-in) is 8 or more and whose output
+//                      is that much its input's, with the model's outputs at rms 30 or more (or non-finite)
+VitalSign init_scale(Scenario& fresh, const std::vector<ModuleOutput>& modules, const torch::Tensor& outputs);
 //   ignored_class      a class whose samples alone give the loss NaN (none counted) or exactly 0 while the
 //                      rest's is positive: an ignore_index (or a class weight of 0) equal to a real class
 //   heldout_overlap    held-out samples byte-identical to samples of the first training batches
 VitalSign ignored_class(Scenario& fresh, const Batch& batch);
+//   class_weights      the loss's weight of each class grows with the class's share of the training labels
+VitalSign class_weights(Scenario& fresh, const std::vector<Batch>& batches);
 VitalSign heldout_overlap(const std::vector<Batch>& training, const std::vector<Batch>& heldout, bool has_heldout);
 // Each row (sample) of x hashed (XXH3-128 of its bytes).
 std::vector<Hash128> sample_hashes(const torch::Tensor& x);

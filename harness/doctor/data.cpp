@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <set>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -276,6 +277,7 @@ VitalSign target_leak(Scenario& s, const Batch& b) {
                 fmt(earlier) + " (outputs up to " + fmt(scale) + ")";
   if (earlier > 1e-5 * (1 + scale)) {
     v.named = {"forward"};
+    v.part = "model";
     fail(v, kRankTargetLeak,
          "the outputs at a position depend on the inputs at later positions (up to " + fmt(earlier) +
              "), and each target is the next input: the model sees the token it is asked to predict",
@@ -516,6 +518,16 @@ VitalSign batch_repeats(const std::vector<StepRecord>& records) {
   v.evidence = std::to_string(batches) + " watched batches, " + std::to_string(distinct.size()) +
                " distinct (by the hash of their inputs); " + std::to_string(repeats) +
                " repeat one of the 8 batches before them";
+  if (distinct.size() == 1) {
+    v.named = {"data loader"};
+    fail(v, kRankBatchComposition,
+         "every watched batch is the same batch (1 distinct in " + std::to_string(batches) +
+             ", by the hash of their inputs): each step trains on the same samples",
+         "a new iterator every step (next(iter(loader))) restarts an unshuffled loader at its first batch: create the "
+         "iterator once and keep drawing from it (if the whole training set is one batch, this is full-batch training "
+         "and expected)");
+    return v;
+  }
   // A data set of 8 batches or fewer cycles within the window: nothing to say.
   if (distinct.size() > kWindow && repeats * 4 >= batches) {
     v.named = {"data loader"};
@@ -807,6 +819,203 @@ VitalSign ignored_class(Scenario& s, const Batch& b) {
            " is never trained",
        "an ignore_index (or a class weight of 0) equal to a real class: give the padding its own index (-100, the "
        "default) and keep the real classes out of it");
+  return v;
+}
+
+}  // namespace spikehunt::doctor_detail
+
+namespace spikehunt::doctor_detail {
+
+// The scale of each layer's output at step 0 against its fan-in: a Linear or convolution whose
+// weights have a standard deviation of s over a fan-in of n multiplies its input's scale by about
+// s sqrt(n); the modules' default initializations keep that near 1 (0.58 for PyTorch's Linear, 1.41
+// for Kaiming's normal), a plain normal_() (std 1) makes it sqrt(n).
+VitalSign init_scale(Scenario& s, const std::vector<ModuleOutput>& modules, const torch::Tensor& outputs) {
+  VitalSign v = sign("init_scale");
+  struct Layer {
+    std::string name, kind;
+    double gain = NAN, amplification = NAN, std = NAN;
+    int64_t fan_in = 0;
+  };
+  std::vector<Layer> layers;
+  for (const ModuleOutput& m : modules) {
+    if (m.fan_in <= 0 || !std::isfinite(m.weight_std)) continue;
+    Layer l{m.name, m.kind, m.weight_std * std::sqrt(double(m.fan_in)), NAN, m.weight_std, m.fan_in};
+    if (std::isfinite(m.input_rms) && m.input_rms > 0 && m.non_finite == 0) l.amplification = m.rms / m.input_rms;
+    layers.push_back(l);
+  }
+  if (layers.empty()) {  // LibTorch modules: their weights
+    torch::NoGradGuard no_grad;
+    for (const auto& m : s.model().named_modules("", /*include_self=*/false)) {
+      torch::Tensor w;
+      std::string kind;
+      if (auto* l = dynamic_cast<torch::nn::LinearImpl*>(m.value().get())) w = l->weight, kind = "Linear";
+      else if (auto* c = dynamic_cast<torch::nn::Conv2dImpl*>(m.value().get())) w = c->weight, kind = "Conv2d";
+      else if (auto* c1 = dynamic_cast<torch::nn::Conv1dImpl*>(m.value().get())) w = c1->weight, kind = "Conv1d";
+      if (!w.defined() || w.dim() < 2) continue;
+      const int64_t fan_in = w[0].numel();
+      const double sd = w.to(torch::kFloat64).std().item<double>();
+      layers.push_back({m.key(), kind, sd * std::sqrt(double(fan_in)), NAN, sd, fan_in});
+    }
+  }
+  if (layers.empty()) return skipped("init_scale", "no Linear or convolution whose weights could be read");
+  double out_rms = NAN, out_max = NAN;
+  bool out_finite = true;
+  if (outputs.defined() && outputs.is_floating_point() && outputs.numel()) {
+    const torch::Tensor o = outputs.detach().to(torch::kFloat64);
+    out_finite = torch::isfinite(o).all().item<bool>();
+    const torch::Tensor f = torch::where(torch::isfinite(o), o, torch::zeros_like(o));
+    out_rms = f.square().mean().sqrt().item<double>();
+    out_max = f.abs().max().item<double>();
+  }
+  std::vector<std::string> hot;
+  std::string detail, table;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Layer& l : layers) {
+    rows.push_back({{"layer", l.name}, {"kind", l.kind}, {"fan_in", l.fan_in}, {"weight_std", number(l.std)},
+                    {"gain", number(l.gain)}, {"output_over_input_rms", number(l.amplification)}});
+    table += (table.empty() ? "" : ", ") + l.name + " " + fmt(l.gain);
+    const double measured = std::isfinite(l.amplification) ? l.amplification : l.gain;
+    if (l.gain >= 8 && measured >= 8) {
+      hot.push_back(l.name);
+      if (hot.size() <= 3) {
+        detail += (detail.empty() ? "" : "; ") + l.name + " (" + l.kind + ", fan-in " + std::to_string(l.fan_in) +
+                  ") has weights of std " + fmt(l.std) + " where 1/sqrt(fan-in) = " + fmt(1 / std::sqrt(double(l.fan_in))) +
+                  (std::isfinite(l.amplification) ? ", and multiplies its input's rms by " + fmt(l.amplification)
+                                                  : ", " + fmt(l.gain) + "x that");
+      }
+    }
+  }
+  v.data = {{"layers", rows}, {"output_rms", number(out_rms)}, {"output_max", number(out_max)}, {"output_finite", out_finite}};
+  v.evidence = "at step 0, weight std x sqrt(fan-in) per layer: " + table + " (the defaults keep it near 1); outputs rms " +
+               fmt(out_rms) + (out_finite ? "" : ", with NaN/Inf");
+  if (!hot.empty() && (out_rms >= 30 || !out_finite)) {
+    v.named = hot;
+    fail(v, kRankInitSymmetry,
+         "the initialization is too large for the layers' fan-in: " + detail + "; at step 0 the outputs have rms " +
+             fmt(out_rms) + (out_finite ? " (max " + fmt(out_max) + ")" : " and hold NaN/Inf") +
+             ", so the first loss and gradients are of that scale",
+         "initialize with the modules' defaults or a fan-in-scaled init (nn.init.kaiming_normal_, xavier_uniform_, "
+         "normal_(std=1/sqrt(fan_in))); normal_() without a std draws std 1");
+  }
+  return v;
+}
+
+}  // namespace spikehunt::doctor_detail
+
+namespace spikehunt::doctor_detail {
+
+// The loss's weight of each class, read from the loss of single samples and of pairs (in eval mode):
+// for a weighted mean, the pair (i, r) gives L = (w_i l_i + w_r l_r) / (w_i + w_r), so
+// w_i / w_r = (L - l_r) / (l_i - L). Weights that grow with the classes' frequency in the training
+// labels (counts where their inverse was meant) push every prediction toward the majority.
+VitalSign class_weights(Scenario& s, const std::vector<Batch>& batches) {
+  VitalSign v = sign("class_weights");
+  const Batch& b = batches.front();
+  const torch::Tensor& y = b.targets;
+  if (!y.defined() || y.is_floating_point() || y.dim() != 1 || y.size(0) < 4) {
+    v.evidence = "no class-id targets of one dimension";
+    return v;
+  }
+  EvalMode eval(s.model());
+  torch::NoGradGuard no_grad;
+  const torch::Tensor out = guarded("forward", [&] { return s.forward(b.inputs, Tap()); }).detach();
+  if (out.dim() != 2 || out.size(0) != y.size(0) || out.size(1) < 2) {
+    v.evidence = "the outputs are not one row of class scores a sample";
+    return v;
+  }
+  const torch::Tensor labels = y.to(torch::kCPU).to(torch::kInt64);
+  const torch::Tensor reference = torch::nn::functional::cross_entropy(
+      out.to(torch::kCPU).to(torch::kFloat64), labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  auto loss_of = [&](std::vector<int64_t> rows) {
+    const torch::Tensor idx = torch::tensor(rows, torch::kInt64);
+    const torch::Tensor o = out.index_select(0, idx.to(out.device()));
+    return guarded("loss", [&] { return s.loss(o, y.index_select(0, idx.to(y.device()))); }).item<double>();
+  };
+  const int64_t* lab = labels.data_ptr<int64_t>();
+  const double* ref = reference.data_ptr<double>();
+  // A sample of each class present, and whether the loss of one sample is its cross-entropy.
+  std::map<int64_t, int64_t> sample_of;
+  for (int64_t i = 0; i < labels.size(0); ++i) sample_of.emplace(lab[i], i);
+  if (sample_of.size() < 2 || sample_of.size() > 32) {
+    v.evidence = std::to_string(sample_of.size()) + " classes in the first batch: not probed";
+    return v;
+  }
+  for (const auto& [c, i] : sample_of) {
+    const double alone = loss_of({i});
+    if (!std::isfinite(alone) || std::fabs(alone - ref[i]) > 1e-3 * (1 + ref[i])) {
+      v.evidence = "the loss of one sample is not its cross-entropy (" + fmt(alone) + " against " + fmt(ref[i]) +
+                   "): not a weighted cross-entropy, not probed";
+      return v;
+    }
+  }
+  const int64_t r = sample_of.begin()->second;
+  std::map<int64_t, double> weight;
+  for (const auto& [c, i] : sample_of) {
+    if (i == r) {
+      weight[c] = 1;
+      continue;
+    }
+    if (std::fabs(ref[i] - ref[r]) < 1e-4) continue;
+    const double pair = loss_of({i, r});
+    const double ratio = (pair - ref[r]) / (ref[i] - pair);
+    if (std::isfinite(ratio) && ratio > 0) weight[c] = ratio;
+  }
+  std::map<int64_t, int64_t> count;
+  int64_t total = 0;
+  for (const Batch& x : batches) {
+    if (!x.targets.defined() || x.targets.is_floating_point()) continue;
+    const torch::Tensor t = x.targets.to(torch::kCPU).to(torch::kInt64).flatten();
+    for (int64_t k = 0; k < t.numel(); ++k) ++count[t.data_ptr<int64_t>()[k]], ++total;
+  }
+  double lo = INFINITY, hi = 0, mean = 0;
+  for (const auto& [c, w] : weight) lo = std::min(lo, w), hi = std::max(hi, w), mean += w;
+  mean /= double(std::max<size_t>(weight.size(), 1));
+  nlohmann::json per_class = nlohmann::json::object();
+  std::vector<std::pair<double, double>> pairs;  // (weight, share)
+  for (const auto& [c, w] : weight) {
+    const double share = total ? double(count[c]) / double(total) : 0;
+    per_class[std::to_string(c)] = {{"weight", w / mean}, {"share", share}};
+    pairs.emplace_back(w, share);
+  }
+  // The correlation of log weight with log share: 1 when the weights are proportional to the counts, -1 for
+  // their inverse, undefined (0) for equal weights.
+  double mw = 0, ms = 0;
+  int used = 0;
+  for (auto& [w, share] : pairs) {
+    if (share <= 0) {
+      share = NAN;
+      continue;
+    }
+    w = std::log(w), share = std::log(share);
+    mw += w, ms += share, ++used;
+  }
+  double sxy = 0, sxx = 0, syy = 0;
+  for (const auto& [w, share] : pairs) {
+    if (!std::isfinite(share)) continue;
+    sxy += (w - mw / used) * (share - ms / used), sxx += (w - mw / used) * (w - mw / used);
+    syy += (share - ms / used) * (share - ms / used);
+  }
+  const double rho = used > 2 && sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : 0;
+  int64_t top = -1, major = -1;
+  double top_w = 0, major_share = 0;
+  for (const auto& [c, w] : weight) {
+    if (w > top_w) top_w = w, top = c;
+    const double share = total ? double(count[c]) / double(total) : 0;
+    if (share > major_share) major_share = share, major = c;
+  }
+  v.data = {{"classes", per_class}, {"spread", number(hi / lo)}, {"log_correlation_with_share", number(rho)}};
+  v.evidence = "the loss's weight of each class (read from single samples and pairs, mean 1): from " + fmt(lo / mean) +
+               " to " + fmt(hi / mean) + "; correlation of log weight with log share of the training labels " + fmt(rho);
+  if (hi / lo >= 3 && rho >= 0.5 && top == major && major_share >= 2.0 / double(std::max<size_t>(sample_of.size(), 2))) {
+    v.named = {"class " + std::to_string(top)};
+    fail(v, kRankLossMismatch,
+         "the loss's class weights grow with the classes' frequency: class " + std::to_string(top) + ", " +
+             percent(major_share) + " of the training labels, weighs " + fmt(top_w / lo) + "x the least weighted "
+             "class (log weight against log share: correlation " + fmt(rho) + "), which pushes every prediction "
+             "further toward the majority",
+         "weight each class by the inverse of its frequency (total / count), not by its count");
+  }
   return v;
 }
 

@@ -92,14 +92,18 @@ const std::vector<SignSpec>& registry() {
        [](Context& c) { return target_padding(*c.fresh, first(c)); }},
       {"loss_output_mismatch", S::kFresh, {kRankLossMismatch}, 0, {},
        [](Context& c) { return loss_output_mismatch(*c.fresh, first(c)); }, recheck_outputs},
+      {"init_scale", S::kProbed, {kRankInitSymmetry}, 0, {},
+       [](Context& c) { return init_scale(*c.fresh, c.modules, c.first_out); }},
       {"unregistered_parameters", S::kProbed, {kRankInitSymmetry}, 0, {},
        [](Context& c) { return unregistered_parameters(c.graph); }},
       {"ignored_class", S::kProbed, {kRankTargetLeak}, 0, {},
        [](Context& c) { return ignored_class(*c.fresh, first(c)); }},
+      {"class_weights", S::kProbed, {kRankLossMismatch}, 0, {},
+       [](Context& c) { return class_weights(*c.fresh, c.probe.batches); }},
       {"overfit_one_batch", S::kOwn, {kRankShiftedLabels, kRankOverfit}, kRankOverfit,
        {"loss_output_mismatch", "loss_shapes", "target_leak", "target_padding", "init_symmetry", "dropout_rate",
         "shared_modules", "optimizer_coverage", "batchnorm_batch_size", "frozen_output", "input_scale", "loss_scale",
-        "frozen_parameters", "target_scale"},
+        "frozen_parameters", "target_scale", "init_scale", "applied_update"},
        [](Context& c) { return overfit_one_batch(c.make, c.probe, c.options); }},
       {"label_pairing", S::kOwn, {kRankBatchComposition}, 0, {},
        [](Context& c) { return label_pairing(c.make, c.options.steps); }},
@@ -108,6 +112,8 @@ const std::vector<SignSpec>& registry() {
          std::unique_ptr<Scenario> fresh = guarded("setup", c.make);  // its probes change batch norm's statistics
          return eval_consistency(*fresh, c.probe, *c.watched);
        }},
+      {"eval_scale", S::kWatched, {kRankEvalRandom}, 0, {},
+       [](Context& c) { return eval_scale(c.watched->trained.get(), c.probe); }},
       {"loss_shapes", S::kWatched, {kRankLossShapes}, 0, {},
        [](Context& c) { return loss_shapes(c.first_out, first(c), c.loss, warning_map(c.warnings.counts())); }},
       {"label_balance", S::kWatched, {kRankOneClass}, 0, {},
@@ -120,6 +126,8 @@ const std::vector<SignSpec>& registry() {
        [](Context& c) { return target_scale(first(c), c.first_out, c.watched->records, c.watched->verdict); }},
       {"input_dependence", S::kWatched, {kRankConstantOutput, kRankCollapse}, 0, {},
        [](Context& c) { return input_dependence(*c.watched); }},
+      {"applied_update", S::kWatched, {kRankUpdateCleared, kRankCoverage, kRankUpdateScale}, 0, {},
+       [](Context& c) { return applied_update(c.watched->update, *c.watched); }},
       {"optimizer_coverage", S::kWatched, {kRankCoverage}, 0, {},
        [](Context& c) { return optimizer_coverage(*c.watched, c.optimizers); }},
       {"heldout_inputs", S::kWatched, {kRankHeldoutInputs}, 0, {}, [](Context& c) { return heldout_inputs(c.probe); }},
@@ -142,26 +150,53 @@ const std::vector<SignSpec>& registry() {
       {"frozen_output", S::kWatched, {kRankFrozen}, 0, {},
        [](Context& c) { return frozen_output(*c.watched, c.probe); }},
       {"gradient_flow", S::kWatched, {kRankCoverage, kRankGradientFlow}, kRankGradientFlow,
-       {"init_symmetry", "loss_scale", "input_scale", "dropout_rate", "shared_modules", "optimizer_coverage",
-        "target_scale", "unregistered_parameters"},
+       {"init_symmetry", "init_scale", "loss_scale", "input_scale", "dropout_rate", "shared_modules",
+        "optimizer_coverage", "target_scale", "unregistered_parameters"},
        [](Context& c) { return gradient_flow(*c.watched, c.options, c.graph); }},
-      {"dead_units", S::kWatched, {kRankDeadUnits}, kRankDeadUnits, {"init_symmetry", "input_scale", "loss_scale"},
+      {"dead_units", S::kWatched, {kRankDeadUnits}, kRankDeadUnits, {"init_symmetry", "init_scale", "input_scale", "loss_scale"},
        [](Context& c) { return dead_units(*c.watched); }},
       {"non_finite_source", S::kWatched, {kRankNanInput, kRankOpMakesNaN, kRankOverflow}, kRankOverflow,
-       {"loss_scale", "input_scale", "loss_output_mismatch", "init_symmetry", "target_scale"},
-       [](Context& c) { return non_finite_source(*c.watched, c.loss); }},
+       {"loss_scale", "input_scale", "loss_output_mismatch", "init_symmetry", "init_scale", "target_scale", "applied_update"},
+       [](Context& c) { return non_finite_source(*c.watched, c.loss, c.modules); }},
       {"prediction_collapse", S::kWatched, {kRankCollapse}, kRankCollapse,
-       {"batch_composition", "batch_repeats", "label_pairing", "batchnorm_momentum", "label_balance", "target_leak", "init_symmetry",
+       {"batch_composition", "batch_repeats", "label_pairing", "batchnorm_momentum", "label_balance", "class_weights", "target_leak", "init_symmetry",
         "dropout_rate", "batchnorm_batch_size", "loss_output_mismatch", "monitor_health"},
        [](Context& c) { return prediction_collapse(*c.watched, c.probe, memorized(c)); }},
       {"grad_norm_range", S::kWatched, {kRankGradRange}, kRankGradRange,
-       {"loss_scale", "input_scale", "init_symmetry", "target_scale"},
+       {"loss_scale", "input_scale", "init_symmetry", "init_scale", "target_scale"},
        [](Context& c) { return grad_norm_range(*c.watched); }},
+      {"faulty_part", S::kWatched, {kRankExperiment, kRankExperimentBroad, kRankOverfit}, kRankOverfit,
+       {"applied_update", "init_scale", "init_symmetry", "loss_output_mismatch", "loss_scale", "lr_schedule",
+        "optimizer_coverage", "input_scale", "target_scale"},
+       [](Context& c) { return faulty_part(*c.experiments, c.options.steps); }},
       {"monitor_health", S::kWatched, {kRankHealth}, kRankHealth,
-       {"loss_scale", "input_scale", "batch_composition", "loss_output_mismatch", "init_symmetry", "target_scale"},
+       {"loss_scale", "input_scale", "batch_composition", "loss_output_mismatch", "init_symmetry", "init_scale",
+        "target_scale", "lr_schedule", "class_weights"},
        [](Context& c) { return monitor_health(*c.watched); }},
   };
   return kSigns;
+}
+
+std::string sign_part(const std::string& name) {
+  static const std::map<std::string, std::string> kParts = {
+      {"input_scale", "data"}, {"target_leak", "data"}, {"label_balance", "data"}, {"batch_composition", "data"},
+      {"batch_repeats", "data"}, {"label_pairing", "data"}, {"target_scale", "data"}, {"heldout_overlap", "data"},
+      {"heldout_inputs", "data"}, {"batchnorm_batch_size", "data"},
+      {"init_symmetry", "init"}, {"init_scale", "init"},
+      {"frozen_parameters", "model"}, {"batchnorm_momentum", "model"}, {"dropout_rate", "model"},
+      {"shared_modules", "model"}, {"unregistered_parameters", "model"}, {"eval_consistency", "model"},
+      {"input_dependence", "model"}, {"frozen_output", "model"}, {"gradient_flow", "model"},
+      {"loss_output_mismatch", "loss"}, {"loss_shapes", "loss"}, {"target_padding", "loss"}, {"ignored_class", "loss"},
+      {"loss_domain", "loss"}, {"loss_scale", "loss"}, {"class_weights", "loss"},
+      {"optimizer_coverage", "optimizer"}, {"lr_schedule", "schedule"}, {"eval_scale", "evaluation"},
+      {"optimizer_steps", "step"}, {"grad_accumulation", "step"}, {"applied_update", "step"},
+  };
+  const auto it = kParts.find(name);
+  return it == kParts.end() ? std::string() : it->second;
+}
+
+bool scale_sign(const std::string& name) {
+  return name == "input_scale" || name == "target_scale" || name == "loss_scale" || name == "init_scale";
 }
 
 const SignSpec* find_spec(const std::string& name) {

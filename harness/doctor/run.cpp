@@ -43,9 +43,23 @@ VitalSign frozen_output(const Watched& w, const Probe& p) {
   if (still && at_chance) {
     v.named = {w.output_layer};
     v.evidence += ": frozen";
-    fail(v, kRankFrozen, "the output is frozen: the loss stays at chance and no output moves",
-         "the output layer (" + w.output_layer + ") gets no gradient: look for a detach(), a no_grad block or a "
-         "frozen requires_grad between the logits and the loss");
+    // Whether the output layer's parameters held a gradient when the optimizer stepped (read, not assumed).
+    bool output_grad = false;
+    for (const Watched::Param& q : w.params) {
+      if (layer_of(q.name) == w.output_layer && q.had_grad) output_grad = true;
+    }
+    v.data["output_layer_had_gradient"] = output_grad;
+    if (output_grad) {
+      fail(v, kRankFrozen,
+           "the output is frozen: the loss stays at chance and no output moves, though the output layer (" +
+               w.output_layer + ") held a gradient when the optimizer stepped",
+           "the gradient reaches the output layer but no update moves it: see applied_update and lr_schedule for "
+           "what the step did with it");
+    } else {
+      fail(v, kRankFrozen, "the output is frozen: the loss stays at chance and no output moves",
+           "the output layer (" + w.output_layer + ") gets no gradient: look for a detach(), a no_grad block or a "
+           "frozen requires_grad between the logits and the loss");
+    }
   }
   return v;
 }
@@ -116,6 +130,7 @@ VitalSign gradient_flow(const Watched& w, const DoctorOptions& o, const GraphPro
     v.named = zero;
     v.evidence += "; exactly zero gradient: " + list(zero) + "; the loss of a batch, differentiated, gives the "
                   "outputs no gradient";
+    v.part = "loss";
     fail(v, kRankCoverage,
          "no gradient reaches any of the " + std::to_string(trainable) + " trained weights (" + list(zero, 3) +
              "): the loss does not depend on the model's outputs (differentiated, it gives them no gradient), so "
@@ -224,7 +239,7 @@ double magnitude(const StepRecord& r) {
   return m;
 }
 
-VitalSign non_finite_source(const Watched& w, const LossProbe& probe) {
+VitalSign non_finite_source(const Watched& w, const LossProbe& probe, const std::vector<ModuleOutput>& modules) {
   VitalSign v = sign("non_finite_source");
   if (!w.verdict.fault) {
     v.evidence = "every step of " + std::to_string(w.records.size()) + " stayed finite";
@@ -247,6 +262,7 @@ VitalSign non_finite_source(const Watched& w, const LossProbe& probe) {
   v.data = {{"fault", to_json(f)}, {"step", step}, {"peak_finite", number(peak)},
             {"early_magnitude", number(baseline)}, {"output_max", number(output_max)}};
   if (f.tensor == "input") {
+    v.part = "data";
     v.evidence += ": in the data itself";
     fail(v, kRankNanInput, "the training data holds NaN/Inf (step " + std::to_string(step) + ")",
          "find the bad samples in the data pipeline (a division by a zero std, a missing value) and fix or drop them");
@@ -258,6 +274,7 @@ VitalSign non_finite_source(const Watched& w, const LossProbe& probe) {
          "the learning rate is too high or the gradients explode: lower the learning rate, clip the grad norm "
          "(grad_clip), check the init and input scale");
   } else if (f.stage == Stage::kLoss) {
+    v.part = "loss";
     v.evidence += ", from finite outputs (max |output| " + fmt(output_max) + ")";
     v.data["kind"] = "loss";
     if (probe.shift_ran && !std::isfinite(probe.shifted)) {
@@ -274,9 +291,35 @@ VitalSign non_finite_source(const Watched& w, const LossProbe& probe) {
   } else if (f.stage == Stage::kForward) {
     v.evidence += ", from finite, moderate values before it";
     v.data["kind"] = "forward";
-    fail(v, kRankOpMakesNaN, "an operation in the forward makes NaN/Inf at " + f.tensor + " from finite, moderate values",
-         "look for log(0), a division by zero (a zero std or norm), sqrt of a negative number or exp of a large one "
-         "right before that tap");
+    v.part = "model";
+    // The first module, in the order the modules finished, whose output holds NaN/Inf while its inputs did not
+    // (read on the fixed batch at step 0: a fault the program makes from its first step).
+    const ModuleOutput* first = nullptr;
+    for (const ModuleOutput& m : modules) {
+      if (m.non_finite > 0 && m.inputs_finite) {
+        first = &m;
+        break;
+      }
+    }
+    if (first != nullptr) {
+      const std::string where = (first->name.empty() ? std::string("the model's own forward") : first->name) +
+                                (first->kind.empty() ? "" : " (" + first->kind + ")");
+      v.named = {first->name.empty() ? f.tensor : first->name};
+      v.data["first_module"] = {{"name", first->name}, {"kind", first->kind}, {"non_finite", first->non_finite},
+                                {"numel", first->numel}};
+      v.evidence += "; at step 0 the first module to output NaN/Inf from finite inputs is " + where;
+      fail(v, kRankOpMakesNaN,
+           "an operation in the forward makes NaN/Inf from finite values: from the first step, " + where + " turns "
+               "finite inputs into " + std::to_string(first->non_finite) + " NaN/Inf of " + std::to_string(first->numel) +
+               " outputs",
+           "read that module's forward for log(0), a division by zero (a zero variance or norm: an epsilon outside "
+           "the sqrt), sqrt of a negative number, exp of a large one, or a softmax over a row that is all -inf (a "
+           "mask that hides every position)");
+    } else {
+      fail(v, kRankOpMakesNaN, "an operation in the forward makes NaN/Inf at " + f.tensor + " from finite, moderate values",
+           "look for log(0), a division by zero (a zero std or norm), sqrt of a negative number or exp of a large one "
+           "right before that tap");
+    }
   } else if (f.stage == Stage::kBackward) {
     v.evidence += ", with a finite loss";
     v.data["kind"] = "backward";
@@ -543,7 +586,14 @@ VitalSign lr_schedule(const Watched& w) {
             {"restarted_at", restart}};
   v.evidence = "applied learning rate: peak " + fmt(peak) + ", " + fmt(last) + " at step " +
                std::to_string(w.records.back().step) + " of " + std::to_string(planned) + " planned";
-  if (restart >= 0) {
+  if (peak == 0) {
+    v.named = {"schedule"};
+    fail(v, kRankLrSchedule,
+         "the learning rate applied is 0 at every one of the " + std::to_string(w.records.size()) +
+             " watched steps: no step can change a parameter",
+         "a warm-up whose factor starts at 0 and whose scheduler is never stepped (scheduler.step() missing), a "
+         "factor or learning rate of 0, or a schedule that has already ended");
+  } else if (restart >= 0) {
     v.named = {"schedule"};
     fail(v, kRankLrSchedule,
          "the learning rate goes back to its starting value at step " + std::to_string(restart) + " (from " +

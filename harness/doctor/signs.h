@@ -17,6 +17,7 @@
 
 #include "harness/doctor/common.h"
 #include "harness/warnings.h"
+#include "scenarios/optimizers.h"
 
 namespace spikehunt::doctor_detail {
 
@@ -76,8 +77,67 @@ struct Probe {
   std::vector<int64_t> output_tail;  // the output's shape without the batch
 };
 
+// ---- the update (doctor/update.cpp) ----
+
+struct Watched;
+
+// What the optimizer steps of the watched run did, read around each optimizer_step().
+struct UpdateRead {
+  int64_t steps = 0;                // steps read
+  int64_t with_gradient = 0;        // steps whose trainable parameters held a nonzero gradient before the step
+  int64_t changed = 0;              // steps that changed a trainable parameter
+  int64_t cleared = 0;              // steps with a gradient before, none after, and no change
+  int64_t rule_checked = 0;         // steps whose change was compared with the optimizer's rule (the first 20)
+  int64_t as_without_gradient = 0;  // of them, changes that are the rule's for a zero gradient, not the gradient's
+  double applied_over_rule = NAN;   // median of |applied change| / |the rule's change|
+  double lr_peak = 0;
+  std::string optimizer;                   // the rule's optimizer ("sgd", "adam", "adamw"; "" when none known)
+  std::map<std::string, double> settings;  // its group's settings
+  double update_over_weight = NAN;         // median |change| / |weight| over the weights and checked steps
+  double weight_decay = 0, decay_over_gradient = NAN;  // the decay's term over the gradient's (median)
+  std::string decay_kind;                  // "L2" (added to the gradient) or "decoupled" (AdamW)
+  double eps = NAN, eps_over_scale = NAN, rms_update_over_lr = NAN;  // Adam's eps against the gradients' scale
+  std::string low_precision_dtype;         // "bfloat16" or "float16" when a trained parameter is
+  int64_t low_precision_elements = 0, rounded_away = 0;  // elements the rule moves, and of them unchanged
+};
+
+class UpdateProbe {
+ public:
+  explicit UpdateProbe(Scenario& s);
+  ~UpdateProbe();
+  void before();  // right before optimizer_step(): the weights, gradients and the rule's change
+  void after();   // right after: the change applied
+  const UpdateRead& read();
+
+ private:
+  struct Slot;
+  static torch::Tensor rule(const Slot& slot, const torch::Tensor& theta, const torch::Tensor& g,
+                            const std::map<std::string, double>& settings, const std::optional<ParamState>& state);
+  std::vector<Slot> slots_;
+  UpdateRead read_;
+  std::vector<double> applied_over_rule_, ratios_, decay_ratio_, rms_over_lr_, eps_over_scale_;
+};
+VitalSign applied_update(const UpdateRead& u, const Watched& w);
+
+// How well outputs predict their targets (doctor/experiments.cpp): 0 at chance, 1 perfect, below 0
+// worse than chance. Class ids: accuracy over the majority class's share, (acc - majority) / (1 -
+// majority); binary or multi-label 0/1 targets: 2 AUC - 1; real targets: the outputs' correlation.
+struct Skill {
+  double value = NAN;  // the skill
+  double raw = NAN;    // the metric itself (accuracy, AUC, correlation)
+  double chance = NAN; // the metric at chance
+  std::string metric;  // "accuracy", "AUC", "correlation"; "" when not measurable
+};
+Skill task_skill(const torch::Tensor& outputs, const torch::Tensor& targets);
+// The loss any correct program of the task could use, read from the outputs' and targets' shapes and
+// dtypes: cross-entropy for class ids, binary cross-entropy on logits for 0/1 targets, mean squared
+// error for real ones; undefined (and "") when none fits.
+torch::Tensor reference_loss(const torch::Tensor& outputs, const torch::Tensor& targets);
+std::string reference_loss_name(const torch::Tensor& outputs, const torch::Tensor& targets);
+
 struct Watched {
   std::vector<StepRecord> records;
+  Skill skill_start, skill_end, skill_end_train;  // held-out: eval mode at the start and end, training mode at the end
   Verdict verdict;
   std::vector<std::string> weights;  // weight parameter names, model order
   std::vector<int64_t> weight_numel;
@@ -100,6 +160,7 @@ struct Watched {
   std::map<std::string, int64_t> not_training;  // module -> steps it trained in eval mode
   int64_t optimizer_state_steps = -1;           // the first optimized parameter's step count after the run
   std::string optimizer_state_of;               // that parameter
+  UpdateRead update;                            // the update itself, read around each optimizer_step()
 };
 
 // A classification loss is at least 0, and a stable one stays finite when
@@ -118,6 +179,48 @@ struct LossProbe {
   bool shapes_differ = false, broadcast_changes_loss = false;
 };
 
+// ---- the experiments (doctor/experiments.cpp) ----
+
+// The parts the doctor swaps for a reference, one at a time.
+enum class Swap { kData, kInit, kLoss, kStep, kOptimizer, kModel };
+const char* swap_name(Swap s);
+std::vector<std::string> swap_parts(Swap s);  // the parts a swap replaces ("optimizer" also replaces "step")
+
+// One short burst of the program, as written or with one part swapped.
+struct Trial {
+  std::string swap;   // "" for the program as written, else swap_name()
+  std::string what;   // what was put in place of the part, in words
+  bool ran = false;
+  std::string error;  // why it could not run
+  int64_t steps = 0;
+  bool finite = true;
+  std::string metric;
+  double skill_start = NAN, skill_end = NAN, skill_end_train = NAN;  // held-out, eval mode (end also in training mode)
+  double raw_start = NAN, raw_end = NAN, raw_end_train = NAN;        // the metric itself
+  double loss_first = NAN, loss_last = NAN;  // its own training loss, mean of the first and last tenth of its steps
+  std::vector<double> losses;                // its own training loss, each step
+  bool learned() const;       // finite, skill 0.2 or more and 0.15 above its start
+  // Its own loss falls: by 3% or more from the first tenth of its steps to the last, along a trend whose
+  // slope (least squares over every step) is 3 standard errors or more below 0. A slow learner falls; a
+  // program that does not learn stays flat.
+  bool loss_falling() const;
+  std::string skill_text(bool end) const;
+};
+Trial run_trial(const ScenarioFactory& make, Swap swap, const Probe& p, int64_t steps);
+Skill heldout_skill(Scenario& s, const std::vector<Batch>& heldout, bool eval_mode);
+
+struct Experiments {
+  Trial baseline;             // the watched run
+  std::vector<Trial> swaps;   // run only when the baseline does not learn
+  bool failing = false;       // the baseline does not learn (non-finite, below chance, or flat)
+  std::vector<std::string> winners;  // the smallest swaps that made it learn
+  std::vector<std::string> parts;    // the parts they replace (or {"evaluation"})
+  std::string unmeasured;            // why nothing could be measured
+  std::string program_optimizer;     // the program's optimizers and their settings ("SGD lr 0.9 momentum 0.01")
+};
+Experiments run_experiments(const ScenarioFactory& make, const Probe& p, const Watched& w, int64_t steps);
+VitalSign faulty_part(const Experiments& e, int64_t steps);
+
 // ---- the signs, by file ----
 
 // doctor.cpp
@@ -127,6 +230,7 @@ VitalSign optimizer_coverage(const Watched& w, size_t optimizers);
 VitalSign overfit_one_batch(const ScenarioFactory& make, const Probe& probe, const DoctorOptions& o);
 VitalSign eval_consistency(Scenario& s, const Probe& p, const Watched& w);
 VitalSign heldout_inputs(const Probe& p);
+VitalSign eval_scale(Scenario* trained, const Probe& p);
 // doctor/watch.cpp: the watched run; the outputs on a batch in eval mode; the modules in eval mode;
 // the class of the module each tap is named after.
 Watched watch(const ScenarioFactory& make, const Probe& p, const DoctorOptions& o);
@@ -143,7 +247,9 @@ VitalSign loss_domain(const Watched& w, const LossProbe& probe, bool classificat
 VitalSign frozen_output(const Watched& w, const Probe& p);
 VitalSign gradient_flow(const Watched& w, const DoctorOptions& o, const GraphProbe& graph);
 VitalSign dead_units(const Watched& w);
-VitalSign non_finite_source(const Watched& w, const LossProbe& probe);
+// `modules`: each module's output on the first batch at step 0 (Scenario::module_outputs), to name the first
+// one that makes NaN/Inf from finite inputs.
+VitalSign non_finite_source(const Watched& w, const LossProbe& probe, const std::vector<ModuleOutput>& modules);
 VitalSign prediction_collapse(const Watched& w, const Probe& p, bool memorized);
 VitalSign grad_norm_range(const Watched& w);
 VitalSign monitor_health(const Watched& w);
@@ -151,6 +257,10 @@ VitalSign input_dependence(const Watched& w);
 VitalSign label_balance(const Watched& w, int64_t classes);
 VitalSign lr_schedule(const Watched& w);
 VitalSign grad_accumulation(const Watched& w);
+
+// doctor/consistency.cpp: the contradictions between a report's claims and its measurements; with
+// `repair`, each contradicted claim is taken out of the sign's text and noted in report.corrections.
+std::vector<std::string> check_consistency(DoctorReport& report, bool repair);
 
 // ---- the registry ----
 
@@ -174,7 +284,9 @@ struct Context {
   std::string bounded;        // bounded_logits
   std::string log_probs;      // log_probability_logits
   GraphProbe graph;
+  std::vector<ModuleOutput> modules;  // each module's output on the fixed batch at step 0, training mode
   const Watched* watched = nullptr;  // kWatched
+  const Experiments* experiments = nullptr;  // kWatched
 };
 
 struct SignSpec {
@@ -193,5 +305,11 @@ struct SignSpec {
 // Every sign, in the report's order (training_code_error first).
 const std::vector<SignSpec>& registry();
 const SignSpec* find_spec(const std::string& name);
+// The part of the program a sign concerns by default (VitalSign::part): "data", "init", "model", "loss",
+// "optimizer", "schedule", "step", "evaluation"; "" for a sign of consequences.
+std::string sign_part(const std::string& name);
+// A sign that reads a scale (of the inputs, the targets, the loss, the initialization): when an optimizer that
+// normalizes its steps (the reference Adam) is what makes the program learn, the fault may be such a scale.
+bool scale_sign(const std::string& name);
 
 }  // namespace spikehunt::doctor_detail

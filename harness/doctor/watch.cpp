@@ -178,6 +178,8 @@ Watched watch(const ScenarioFactory& make, const Probe& p, const DoctorOptions& 
   if (!w.weights.empty()) w.output_layer = layer_of(w.weights.back());
   w.outputs_before = fixed_outputs(*s, p.batches.front());
   w.units_first = probe_units(*s, p, nullptr);
+  w.skill_start = heldout_skill(*s, p.heldout, /*eval_mode=*/true);
+  UpdateProbe update(*s);
   HealthRules rules = o.rules;
   rules.stop_at = StopAt::kNonFinite;  // watch past the first extreme step
   BurstOptions options;
@@ -188,18 +190,32 @@ Watched watch(const ScenarioFactory& make, const Probe& p, const DoctorOptions& 
     torch::NoGradGuard no_grad;
     double gsq = 0;
     for (size_t i = 0; i < slots.size(); ++i) {
-      const torch::Tensor now = slots[i].tensor.detach();
-      // A gradient whose step float32 can register: lr x max |g| at least 1e-6 of max |p|.
       const torch::Tensor g = slots[i].tensor.grad();
       if (g.defined()) gsq += g.to(torch::kFloat64).square().sum().item<double>();
-      if (g.defined() && !w.params[i].had_grad) {
-        const double gmax = g.abs().max().item<double>(), pmax = now.abs().max().item<double>();
-        w.params[i].had_grad = gmax > 0 && r.lr * gmax >= 1e-6 * pmax;
-      }
     }
     w.grads_after_step.push_back(std::sqrt(gsq));
   };
+  // Whether each parameter had a gradient, read where the optimizer steps with it (after backward and
+  // clipping, before optimizer_step(), which may clear it): one its step can register in float32, the
+  // learning rate x max |g| at least 1e-6 of max |p|.
+  double lr_now = 0;
+  options.before_optimizer_step = [&] {
+    torch::NoGradGuard no_grad;
+    lr_now = 0;
+    for (const NamedOptimizer& opt : s->optimizers()) {
+      for (auto& group : opt.optimizer->param_groups()) lr_now = std::max(lr_now, group_lr(group));
+    }
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const torch::Tensor g = slots[i].tensor.grad();
+      if (!g.defined() || w.params[i].had_grad) continue;
+      const double gmax = g.abs().max().item<double>(), pmax = slots[i].tensor.detach().abs().max().item<double>();
+      w.params[i].had_grad = gmax > 0 && lr_now * gmax >= 1e-6 * pmax;
+    }
+    update.before();
+  };
+  options.after_optimizer_step = [&] { update.after(); };
   w.verdict = run_burst(*s, rules, options).verdict;
+  w.update = update.read();
   if (w.verdict.outcome == Outcome::kCrashed) return w;
   {
     const std::vector<NamedOptimizer> optimizers = s->optimizers();
@@ -221,6 +237,8 @@ Watched watch(const ScenarioFactory& make, const Probe& p, const DoctorOptions& 
   if (!w.verdict.failure_step) {
     w.outputs_after = after;
     w.units_last = probe_units(*s, p, &w.predictions);
+    w.skill_end = heldout_skill(*s, p.heldout, /*eval_mode=*/true);
+    w.skill_end_train = heldout_skill(*s, p.heldout, /*eval_mode=*/false);
     w.trained = std::move(s);
   }
   return w;
