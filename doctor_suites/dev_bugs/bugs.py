@@ -21,7 +21,7 @@ import torch.utils.checkpoint
 import spikehunt
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "public_bugs"))
+sys.path.insert(0, os.path.join(HERE, "..", "public_bugs"))
 from cases import MLP, Case, FashionCase, TextCase, fashion_normalized, sgd  # noqa: E402
 from data import fashion_raw  # noqa: E402
 
@@ -606,6 +606,203 @@ class FreezeEverythingAfterFirstEpoch(FashionCase):
                 p.requires_grad = False
 
 
+# ================================================================ batch 3
+# Written after batches 1 and 2 were improved on, before the doctor ran on these.
+
+class InplaceResidualAdd(FashionCase):
+    # A residual added in place to an activation that autograd saved for its backward: tanh saves its
+    # output, and h += x changes it ("one of the variables needed for gradient computation has been
+    # modified by an inplace operation", pytorch/pytorch#15803-style reports).
+    def build(self):
+        class Block(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.fc = nn.Linear(d, d)
+
+            def forward(self, x):
+                h = torch.tanh(self.fc(x))
+                h += x  # in place on tanh's saved output
+                return h
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inp = nn.Linear(784, 64)
+                self.block = Block(64)
+                self.out = nn.Linear(64, 10)
+
+            def forward(self, x):
+                return self.out(self.block(self.inp(x)))
+        return Net()
+
+
+class InitInForward(FashionCase):
+    # The weight initialization called from forward() instead of __init__ (self.apply(init_weights) moved
+    # into forward while refactoring): every step starts again from freshly drawn weights, so whatever the
+    # optimizer did is thrown away (e.g. reports of "model.apply(weights_init) inside the training loop").
+    def build(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1 = nn.Linear(784, 64)
+                self.fc2 = nn.Linear(64, 10)
+
+            @staticmethod
+            def init_weights(m):
+                if isinstance(m, nn.Linear):
+                    nn.init.xavier_uniform_(m.weight)
+                    nn.init.zeros_(m.bias)
+
+            def forward(self, x):
+                if self.training:
+                    with torch.no_grad():
+                        self.apply(self.init_weights)
+                return self.fc2(F.relu(self.fc1(x)))
+        return Net()
+
+
+class LabelEncodingPerBatch(FashionCase):
+    # A label encoder fitted on each batch (scikit-learn's LabelEncoder().fit_transform inside the batch
+    # loop): each batch numbers its classes by their order of first appearance in that batch, so a class id
+    # means a different class from one batch to the next.
+    def next_batch(self):
+        b = super().next_batch()
+        if b is None:
+            return None
+        x, y = b
+        order = []
+        for c in y.tolist():
+            if c not in order:
+                order.append(c)
+        remap = {c: i for i, c in enumerate(order)}
+        return x, torch.tensor([remap[c] for c in y.tolist()])
+
+
+class PaddingMaskInverted(Case):
+    # src_key_padding_mask given True for the real tokens (the Hugging Face attention_mask convention,
+    # 1 = attend) where nn.Transformer* takes True for the positions to ignore: every real token is masked
+    # out, and a sequence without padding has every position masked (pytorch/pytorch#41508-style reports).
+    def __init__(self, config):
+        super().__init__(config)
+        x, self.y, xt, self.yt = fashion_normalized()
+        g = torch.Generator().manual_seed(3)
+        self.x = HealthyPaddedTransformerEncoder.cut(x.reshape(-1, 14, 56), g)
+        self.xt = HealthyPaddedTransformerEncoder.cut(xt.reshape(-1, 14, 56), g)
+
+        class Encoder(nn.Module):
+            def __init__(self, d=32):
+                super().__init__()
+                self.inp = nn.Linear(56, d)
+                self.pos = nn.Parameter(torch.randn(1, 14, d) * 0.02)
+                layer = nn.TransformerEncoderLayer(d, 4, 2 * d, dropout=0.1, batch_first=True)
+                self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+                self.head = nn.Linear(d, 10)
+
+            def forward(self, x):
+                real = x[:, :, 56] == 1
+                h = self.encoder(self.inp(x[:, :, :56]) + self.pos, src_key_padding_mask=real)  # should be ~real
+                keep = real.unsqueeze(-1).float()
+                return self.head((h * keep).sum(1) / keep.sum(1))
+        self.net = Encoder()
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
+class NanInRegressionTargets(Case):
+    # Regression targets read from a table with missing values (NaN) left in: the loss of any batch that
+    # holds one is NaN from the first step (e.g. "loss is nan" threads that end in df.isna().sum()).
+    classes = 1
+
+    def __init__(self, config):
+        super().__init__(config)
+        x, _, xt, _ = fashion_normalized()
+        self.x, self.xt = x, xt
+        self.y, self.yt = HealthyHuberRegression.targets(x), HealthyHuberRegression.targets(xt)
+        g = torch.Generator().manual_seed(5)
+        missing = torch.rand(self.y.shape[0], generator=g) < 0.03  # 3% of the rows
+        self.y[missing, 0] = float("nan")
+        self.net = MLP(hidden=64, out=2)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+    def loss(self, outputs, targets):
+        return F.mse_loss(outputs, targets)
+
+
+class AdamLrScaledByBatchSize(FashionCase):
+    # The linear scaling rule applied to Adam by multiplying its learning rate by the batch size
+    # (lr = 1e-3 * 64): Adam's steps are already the learning rate in size, so 0.064 throws the weights far
+    # out of range within a few steps (Goyal et al.'s rule is for SGD; e.g. timm/lightning discussions of
+    # "lr scaled by batch size" with Adam).
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=1e-3 * config.batch_size)
+
+
+class EvalBranchSkipsNormalization(FashionCase):
+    # Input normalization written inside forward() under `if self.training:` together with the training-time
+    # augmentation: evaluation feeds the raw 0..1 pixels the model never saw in training.
+    def __init__(self, config):
+        super().__init__(config)
+        self.x, self.xt = self.x * 0.3530 + 0.2860, self.xt * 0.3530 + 0.2860  # the raw 0..1 pixels
+
+    def build(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = MLP()
+
+            def forward(self, x):
+                if self.training:
+                    x = x + 0.01 * torch.randn_like(x)  # augmentation
+                    x = (x - 0.2860) / 0.3530           # normalization, only here
+                return self.body(x)
+        return Net()
+
+
+class LossMaskInverted(TextCase):
+    # A language model's loss mask applied the wrong way round: targets set to -100 (ignored) where the
+    # tokens are real and kept where they are padding, so the loss trains only on the padding (e.g. SFT
+    # scripts' labels[attention_mask == 1] = -100 for labels[attention_mask == 0] = -100).
+    def __init__(self, config):
+        super().__init__(config)
+        g = torch.Generator().manual_seed(11)
+
+        def pad(x, y):
+            lengths = torch.randint(self.block // 2, self.block + 1, (x.shape[0],), generator=g)
+            real = torch.arange(self.block).unsqueeze(0) < lengths.unsqueeze(1)
+            x = torch.where(real, x, torch.zeros_like(x))
+            y = torch.where(real, torch.full_like(y, -100), torch.zeros_like(y))  # inverted: keeps the padding
+            return x, y
+        self.x, self.y = pad(self.x, self.y)
+        self.xt, self.yt = self.xt, self.yt  # held-out next-token targets, unmasked
+        from cases import Attention, TinyGPT
+        self.net = TinyGPT(Attention(32, self.block, 0.1))
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+    def loss(self, outputs, targets):
+        return F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1), ignore_index=-100)
+
+
+class OptimizerFilterInverted(FashionCase):
+    # The filter meant to keep only the trainable parameters written the wrong way round
+    # (filter(lambda p: not p.requires_grad, model.parameters())): the optimizer gets none ("optimizer got an
+    # empty parameter list").
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.SGD(filter(lambda p: not p.requires_grad, self.net.parameters()), lr=config.optimizer.lr)
+
+
+class FinetuneLrDestroysPretrained(FashionCase):
+    # Fine-tuning a pretrained model at a learning rate meant for training from scratch (0.5 with momentum):
+    # the first steps throw away what the model knew, and held-out accuracy falls from where it started
+    # (catastrophic forgetting by learning rate; e.g. the BERT fine-tuning threads on lr 1e-3 vs 2e-5).
+    def build(self):
+        return pretrained_teacher(self.x, self.y)
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=config.optimizer.lr * 10, momentum=0.9)
+
+
 # ================================================================ healthy programs
 
 class HealthyPaddedTransformerEncoder(Case):
@@ -931,6 +1128,17 @@ BUGS = {
     "cross_entropy_without_permute": CrossEntropyWithoutPermute,
     "targets_shifted_wrong_way": TargetsShiftedWrongWay,
     "freeze_everything_after_first_epoch": FreezeEverythingAfterFirstEpoch,
+    # batch 3
+    "inplace_residual_add": InplaceResidualAdd,
+    "init_in_forward": InitInForward,
+    "label_encoding_per_batch": LabelEncodingPerBatch,
+    "padding_mask_inverted": PaddingMaskInverted,
+    "nan_in_regression_targets": NanInRegressionTargets,
+    "adam_lr_scaled_by_batch_size": AdamLrScaledByBatchSize,
+    "eval_branch_skips_normalization": EvalBranchSkipsNormalization,
+    "loss_mask_inverted": LossMaskInverted,
+    "optimizer_filter_inverted": OptimizerFilterInverted,
+    "finetune_lr_destroys_pretrained": FinetuneLrDestroysPretrained,
 }
 HEALTHY = {
     "healthy_padded_transformer_encoder": HealthyPaddedTransformerEncoder,

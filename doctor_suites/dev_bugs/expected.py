@@ -41,6 +41,17 @@ EXPECTED = {
     "cross_entropy_without_permute": ("loss", r"permute|transpose|class(es)? (in )?dimension|expected target size"),
     "targets_shifted_wrong_way": ("data", r"previous|earlier position|one position back|shift|targets are the inputs"),
     "freeze_everything_after_first_epoch": ("model", r"requires_grad|frozen|no trainable"),
+    # ---- batch 3 (10 cases), committed after batches 1 and 2 were improved on, before the doctor's first run on them
+    "inplace_residual_add": ("model", r"in-?place|modified by an inplace"),
+    "init_in_forward": ("init", r"init|reset|changed? (between|outside|by something)|not the optimizer|nothing but the optimizer"),
+    "label_encoding_per_batch": ("data", r"label[^.;]*(unrelated|inconsistent|change|differ|encod|remap|mean)"),
+    "padding_mask_inverted": ("model", r"mask|padding|attention"),
+    "nan_in_regression_targets": ("data", r"target[^.;]*(NaN|non-finite|missing)|NaN[^.;]*target"),
+    "adam_lr_scaled_by_batch_size": ("optimizer", r"learning rate[^.;]*(0\.064|too (high|large))|\blr\b[^.;]*0\.064"),
+    "eval_branch_skips_normalization": ("evaluation", r"eval"),
+    "loss_mask_inverted": ("loss", r"pad|mask|ignore"),
+    "optimizer_filter_inverted": ("optimizer", r"empty parameter list|no parameter|optimizer"),
+    "finetune_lr_destroys_pretrained": ("optimizer", r"learning rate|\blr\b|forget|worse than (at )?(the )?start|falls from"),
 }
 
 # Healthy programs, each at seeds 0 and 1 and the config's learning rate: any failed sign is a false alarm.
