@@ -47,6 +47,14 @@ def failed(report):
     return [s["name"] for s in report["signs"] if not s["passed"]]
 
 
+def swaps_of(report):
+    """The parts the doctor swapped and what each did: [(swap, learned)] from faulty_part's trials."""
+    for s in report.get("signs", []):
+        if s["name"] == "faulty_part":
+            return [(t["swap"], t["learned"]) for t in (s.get("data") or {}).get("trials", [])]
+    return []
+
+
 def judge(expectation, top):
     """Whether the top cause {sign, cause} is the expected diagnosis, and the expectation's columns."""
     cause = top.get("cause") or ""
@@ -65,6 +73,7 @@ class Suite:
                  flags=DOCTOR_FLAGS):
         self.expected, self.healthy, self.config = expected, healthy, config
         self.lrs, self.default_lrs, self.seeds, self.flags = lrs or {}, list(default_lrs), list(seeds), flags
+        self.full = False
 
     def doctor(self, scenario, *sets):
         return doctor(self.config, scenario, *sets, flags=self.flags)
@@ -81,7 +90,9 @@ class Suite:
             rows.append({"case": case, **columns, "top": top.get("sign"), "cause": top.get("cause"),
                          "part": top.get("part"), "other_signs": [n for n in failed(report) if n != top.get("sign")],
                          "detected": rc == 1 and bool(failed(report)), "diagnosed": diagnosed,
-                         "seconds": round(time.time() - start, 1)})
+                         "contradictions": report.get("contradictions", []), "corrections": report.get("corrections", []),
+                         "swaps": swaps_of(report), "seconds": round(time.time() - start, 1),
+                         **({"report": report} if self.full else {})})
         return rows
 
     def run_healthy(self, only=None):
@@ -95,7 +106,8 @@ class Suite:
                     rc, report = self.doctor(case, f"seed={seed}", f"optimizer.lr={lr}")
                     causes = {s["name"]: s.get("cause") for s in report["signs"] if not s["passed"]}
                     rows.append({"case": case, "seed": seed, "lr": lr, "alarms": list(causes), "causes": causes,
-                                 "rc": rc, "seconds": round(time.time() - start, 1)})
+                                 "rc": rc, "contradictions": report.get("contradictions", []),
+                                 "seconds": round(time.time() - start, 1), **({"report": report} if self.full else {})})
         return rows
 
     def main(self, description):
@@ -104,7 +116,9 @@ class Suite:
         parser.add_argument("--healthy", action="store_true", help="only the healthy programs")
         parser.add_argument("--only", nargs="*", help="these cases only")
         parser.add_argument("--json", help="write the rows to this file")
+        parser.add_argument("--full", action="store_true", help="with each case's whole report in its row")
         args = parser.parse_args()
+        self.full = args.full
         both = not args.bugs and not args.healthy
         bugs = self.run_bugs(args.only) if args.bugs or both else []
         healthy = self.run_healthy(args.only) if args.healthy or both else []

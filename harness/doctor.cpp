@@ -67,8 +67,8 @@ VitalSign code_error_sign(const TrainingError& e) {
 
 VitalSign input_scale(const Probe& p) {
   VitalSign v = sign("input_scale");
-  double sumsq = 0, max_abs = 0;
-  int64_t n = 0, non_finite = 0, batches = 0;
+  double sumsq = 0, max_abs = 0, spread_sum = 0;
+  int64_t n = 0, non_finite = 0, batches = 0, spread_batches = 0;
   for (const Batch& b : p.batches) {
     if (!b.inputs.is_floating_point()) {
       v.evidence = "the inputs are " + std::string(c10::toString(b.inputs.scalar_type())) + " (ids, not values): nothing to scale";
@@ -83,6 +83,8 @@ VitalSign input_scale(const Probe& p) {
     max_abs = std::max(max_abs, f.abs().max().item<double>());
     n += x.numel();
     ++batches;
+    // How much the samples differ: each input feature's std across the batch's samples, averaged.
+    if (f.dim() >= 1 && f.size(0) >= 4) spread_sum += f.reshape({f.size(0), -1}).std(0).mean().item<double>(), ++spread_batches;
   }
   if (n == 0) {
     v.skipped = true;
@@ -90,7 +92,9 @@ VitalSign input_scale(const Probe& p) {
     return v;
   }
   const double rms = std::sqrt(sumsq / double(std::max<int64_t>(n - non_finite, 1)));
-  v.data = {{"rms", rms}, {"max_abs", max_abs}, {"non_finite", non_finite}, {"values", n}, {"batches", batches}};
+  const double spread = spread_batches ? spread_sum / double(spread_batches) : NAN;
+  v.data = {{"rms", rms}, {"max_abs", max_abs}, {"non_finite", non_finite}, {"values", n}, {"batches", batches},
+            {"spread_across_samples", number(spread)}};
   v.evidence = "first " + std::to_string(batches) + " training batch(es): rms " + fmt(rms) + ", max |x| " + fmt(max_abs) +
                (non_finite ? ", " + std::to_string(non_finite) + " NaN/Inf of " + std::to_string(n) : "");
   if (non_finite > 0) {
@@ -104,6 +108,13 @@ VitalSign input_scale(const Probe& p) {
     fail(v, kRankInputScale, "the inputs are not normalized: rms " + fmt(rms) + ", max |x| " + fmt(max_abs),
          max_abs >= 200 && max_abs <= 255.5 ? "they look like raw 0..255 pixels: divide by 255 (and standardize)"
                                             : "standardize them to mean 0 and std 1 (or scale to [0, 1])");
+  } else if (std::isfinite(spread) && rms >= 0.01 && spread < 0.02 * rms) {
+    v.named = {"input"};
+    fail(v, kRankInputScale,
+         "the inputs barely differ from one sample to another: each feature's std across the samples is " + fmt(spread) +
+             " (averaged) against an rms of " + fmt(rms) + ", so almost nothing in them tells the samples apart",
+         "normalize with the data's own statistics in the data's own units (after ToTensor() the pixels are in 0..1: "
+         "a mean and std given in 0..255 squash every image to nearly one value)");
   } else if (rms < 0.01) {
     v.named = {"input"};
     fail(v, kRankInputScale, "the inputs are tiny: rms " + fmt(rms) + ", max |x| " + fmt(max_abs),
@@ -556,7 +567,7 @@ void annotate_consequences(DoctorReport& report) {
 // cause) come first, and the experiment's own sign next: a cause found by swapping the part outranks
 // what any probe read elsewhere. The other signs keep their ranks.
 void rank_by_experiment(DoctorReport& report, const Experiments& e) {
-  if (e.parts.empty()) return;
+  if (e.parts.empty() || e.winners.size() > 1) return;  // several parts each made it learn: none is named
   for (VitalSign& v : report.signs) {
     if (v.passed || v.skipped || v.name == "faulty_part" || v.rank == kRankCodeError) continue;
     const SignSpec* spec = find_spec(v.name);

@@ -489,7 +489,7 @@ TEST(DoctorUserCode, InputsFarFromUnitScaleAreTheTopCause) {
 }
 
 // ---- invariants of correct training code (the publicly reported bugs of
-// examples/public_bugs, here in LibTorch) ----
+// doctor_suites/public_bugs, here in LibTorch) ----
 
 TEST(DoctorUserCode, DropoutLeftOnInEvalMakesEvaluationRandom) {
   const DoctorReport r = tiny("functional_dropout");

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""TrainCheck beside the doctor on one of its suites (examples/unseen_bugs, or --suite public).
+"""TrainCheck beside the doctor on one of its suites (doctor_suites/unseen_bugs, or --suite public).
 
 TrainCheck infers invariants from traces of healthy runs and reports the ones a run violates. Here:
 its invariants are inferred from four of the unseen suite's healthy programs at seed 0 (`--infer-from`,
@@ -14,7 +14,7 @@ of torch (PyPI's) without a GPU raise "Found no NVIDIA driver"; its safe_getattr
 RuntimeErrors as missing attributes, and the copy run here adds that one (the only change).
 
     bash bench/traincheck/setup.sh
-    PYTHONPATH=build/python .venv/bin/python examples/unseen_bugs/suite.py --json /tmp/doctor.json
+    PYTHONPATH=build/python .venv/bin/python doctor_suites/unseen_bugs/suite.py --json /tmp/doctor.json
     .venv/bin/python bench/traincheck/run.py --doctor /tmp/doctor.json [--steps 20] [--only CASE ...]
 """
 import argparse
@@ -29,8 +29,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "examples", "public_bugs"))
-sys.path.insert(0, os.path.join(ROOT, "examples", "unseen_bugs"))
+sys.path.insert(0, os.path.join(ROOT, "doctor_suites", "public_bugs"))
+sys.path.insert(0, os.path.join(ROOT, "doctor_suites", "unseen_bugs"))
 sys.path.insert(0, os.path.join(ROOT, "build", "python"))
 
 
@@ -87,9 +87,9 @@ def check(work, trace, invariants):
 
 
 def load_suite(which):
-    """(expected, healthy) of examples/<which>_bugs/suite.py (both files are called suite.py)."""
+    """(expected, healthy) of doctor_suites/<which>_bugs/suite.py (the files are all called suite.py)."""
     import importlib.util
-    path = os.path.join(ROOT, "examples", f"{which}_bugs", "suite.py")
+    path = os.path.join(ROOT, "doctor_suites", f"{which}_bugs", "suite.py")
     spec = importlib.util.spec_from_file_location(f"{which}_bugs_suite", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -106,7 +106,7 @@ def main():
     ap.add_argument("--infer-from", nargs="*", default=["healthy_bn_dropout_cnn", "healthy_lstm",
                                                         "healthy_zero_init_head", "healthy_label_smoothing_cnn"])
     ap.add_argument("--check-seed", type=int, default=1)
-    ap.add_argument("--doctor", help="the doctor's rows: examples/<suite>_bugs/suite.py --json FILE")
+    ap.add_argument("--doctor", help="the doctor's rows: doctor_suites/<suite>_bugs/suite.py --json FILE")
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--json", help="write the rows here")
     a = ap.parse_args()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One case of the doctor's suites (examples/public_bugs, examples/unseen_bugs) as a plain PyTorch
+"""One case of the doctor's suites (doctor_suites/public_bugs, doctor_suites/unseen_bugs) as a plain PyTorch
 training script, for TrainCheck (PyPI `traincheck`, OSDI '25) to instrument: the case's own model,
 optimizer, data, forward, loss and optimizer step, with no spikehunt in the loop. The variable
 `model` is the model TrainCheck tracks; stages and steps are annotated as in its examples.
@@ -13,8 +13,8 @@ import types
 
 # TrainCheck runs a rewritten copy of this file from its output folder: the repository from the environment.
 ROOT = os.environ.get("SPIKEHUNT_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "examples", "public_bugs"))
-sys.path.insert(0, os.path.join(ROOT, "examples", "unseen_bugs"))
+sys.path.insert(0, os.path.join(ROOT, "doctor_suites", "public_bugs"))
+sys.path.insert(0, os.path.join(ROOT, "doctor_suites", "unseen_bugs"))
 
 import torch  # noqa: E402
 from traincheck import annotate_stage  # noqa: E402

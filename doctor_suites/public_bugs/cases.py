@@ -6,7 +6,7 @@ programs for the false-alarm count. Each case names its source. The doctor's
 top-ranked cause for each is pinned by tests/python/test_public_bugs.py;
 suite.py runs them all and prints the table.
 
-    python3 examples/public_bugs/cases.py doctor --config examples/public_bugs/public_bugs.json \\
+    python3 doctor_suites/public_bugs/cases.py doctor --config doctor_suites/public_bugs/public_bugs.json \\
         --set scenario='"functional_dropout_eval"'
 """
 import math

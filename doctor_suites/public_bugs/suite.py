@@ -1,27 +1,23 @@
 #!/usr/bin/env python3
-"""Runs the doctor on every case of cases.py in this one process and reports
-as the field's anchors do: per bug, whether a sign fired (detected) and
-whether the top-ranked cause is the expected one (diagnosed); per healthy
+"""Runs the doctor on every case of cases.py in this one process (doctor_suites/evaluate.py,
+the suites' one harness) and reports as the field's anchors do: per bug, whether a sign fired
+(detected) and whether the top-ranked cause is the expected one (diagnosed); per healthy
 program, over 3 seeds and 3 learning rates, any failed sign (a false alarm).
 
-    PYTHONPATH=build/python .venv/bin/python examples/public_bugs/suite.py [--bugs | --healthy] [--json FILE]
+    PYTHONPATH=build/python .venv/bin/python doctor_suites/public_bugs/suite.py [--bugs | --healthy] [--json FILE]
 
 Exit code 0 when every bug is diagnosed and no healthy run raised an alarm, 1 otherwise."""
-import argparse
-import json
 import os
 import sys
-import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
 
-import spikehunt  # noqa: E402
 import cases  # noqa: E402
+from evaluate import Suite  # noqa: E402
 
 CONFIG = os.path.join(HERE, "public_bugs.json")
-DOCTOR = ["--steps", "40", "--overfit-steps", "300", "--json"]
 
 # case: (source, expected top sign, a phrase its cause must contain)
 EXPECTED = {
@@ -55,106 +51,9 @@ EXPECTED = {
     "scheduler_stepped_per_batch": ("ivadomed/ivadomed#55", "lr_schedule", "falls to under 1%"),
     "gradients_never_zeroed": ("yastrebksv/TennisCourtDetector#7", "grad_accumulation", "never reset"),
 }
-SEEDS = [0, 1, 2]
 # The config's optimizer.lr per program, spanning 10x where the program trains (the Adam parts take 0.02x).
 LRS = {"healthy_regression": [0.003, 0.01, 0.03]}
-DEFAULT_LRS = [0.01, 0.03, 0.1]
-
-
-def doctor(scenario, *sets, config=CONFIG):
-    """The doctor's JSON report on one case, run in this process (its stdout captured at the fd)."""
-    argv = ["suite", "doctor", "--config", config, "--set", f'scenario="{scenario}"', *DOCTOR]
-    for s in sets:
-        argv += ["--set", s]
-    sys.stdout.flush()
-    saved = os.dup(1)
-    with tempfile.TemporaryFile() as out:
-        os.dup2(out.fileno(), 1)
-        try:
-            rc = spikehunt.main(argv, exit=False)
-        finally:
-            sys.stdout.flush()
-            os.dup2(saved, 1)
-            os.close(saved)
-        out.seek(0)
-        return rc, json.loads(out.read().decode())
-
-
-def failed(report):
-    return [s["name"] for s in report["signs"] if not s["passed"]]
-
-
-class Suite:
-    """One suite: its expected causes, its healthy programs, its config and learning rates."""
-
-    def __init__(self, expected, healthy, config, lrs=None, default_lrs=DEFAULT_LRS):
-        self.expected, self.healthy, self.config = expected, healthy, config
-        self.lrs, self.default_lrs = lrs or {}, default_lrs
-
-    def doctor(self, scenario, *sets):
-        return doctor(scenario, *sets, config=self.config)
-
-    def run_bugs(self, only=None):
-        rows = []
-        for case, (source, sign, phrase) in self.expected.items():
-            if only and case not in only:
-                continue
-            start = time.time()
-            rc, report = self.doctor(case)
-            top = report["most_likely_cause"] or {}
-            diagnosed = top.get("sign") == sign and phrase in top.get("cause", "")
-            rows.append({"case": case, "source": source, "expected": sign, "expected_phrase": phrase,
-                         "top": top.get("sign"), "cause": top.get("cause"),
-                         "other_signs": [n for n in failed(report) if n != top.get("sign")],
-                         "detected": rc == 1 and bool(failed(report)), "diagnosed": diagnosed,
-                         "seconds": round(time.time() - start, 1)})
-        return rows
-
-    def run_healthy(self, only=None):
-        rows = []
-        for case in self.healthy:
-            if only and case not in only:
-                continue
-            for lr in self.lrs.get(case, self.default_lrs):
-                for seed in SEEDS:
-                    rc, report = self.doctor(case, f"seed={seed}", f"optimizer.lr={lr}")
-                    rows.append({"case": case, "seed": seed, "lr": lr, "alarms": failed(report), "rc": rc})
-        return rows
-
-    def main(self, description):
-        parser = argparse.ArgumentParser(description=description)
-        parser.add_argument("--bugs", action="store_true", help="only the publicly reported bugs")
-        parser.add_argument("--healthy", action="store_true", help="only the healthy programs")
-        parser.add_argument("--only", nargs="*", help="these cases only")
-        parser.add_argument("--json", help="write the rows to this file")
-        args = parser.parse_args()
-        both = not args.bugs and not args.healthy
-        bugs = self.run_bugs(args.only) if args.bugs or both else []
-        healthy = self.run_healthy(args.only) if args.healthy or both else []
-        if bugs:
-            print("| case | source | expected | top cause | other signs |")
-            print("| --- | --- | --- | --- | --- |")
-            for r in bugs:
-                mark = "" if r["diagnosed"] else " **(wrong)**"
-                print(f"| {r['case']} | {r['source']} | {r['expected']} | {r['top']}{mark}: {r['cause']} | "
-                      f"{', '.join(r['other_signs']) or '-'} |")
-            print(f"\nbugs: {len(bugs)}, detected {sum(r['detected'] for r in bugs)}, "
-                  f"diagnosed (right top cause) {sum(r['diagnosed'] for r in bugs)}")
-        if healthy:
-            alarms = [r for r in healthy if r["alarms"]]
-            for r in alarms:
-                print(f"false alarm: {r['case']} seed {r['seed']} lr {r['lr']}: {', '.join(r['alarms'])}")
-            print(f"healthy runs: {len(healthy)} ({len(self.healthy)} programs x {len(SEEDS)} seeds x 3 "
-                  f"learning rates), false alarms {len(alarms)}")
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"bugs": bugs, "healthy": healthy}, f, indent=1)
-        ok = all(r["diagnosed"] for r in bugs) and not any(r["alarms"] for r in healthy)
-        sys.exit(0 if ok else 1)
-
-
 SUITE = Suite(EXPECTED, cases.HEALTHY, CONFIG, LRS)
-run_bugs, run_healthy = SUITE.run_bugs, SUITE.run_healthy
 
 
 def main():

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """The doctor's second suite: publicly reported training bugs of classes that are
-in none of its other suites (examples/public_bugs, the planted Fashion-MNIST and
+in none of its other suites (doctor_suites/public_bugs, the planted Fashion-MNIST and
 C++ bugs), ported as their authors wrote them, and healthy programs of ordinary
 shapes for the false-alarm count. The doctor was not tuned on these: each case's
 expected cause (suite.py's EXPECTED) was written before the doctor first ran on
 it, and that first run's score is kept in docs/doctor.md.
 
-    python3 examples/unseen_bugs/bugs.py doctor --config examples/unseen_bugs/unseen_bugs.json \\
+    python3 doctor_suites/unseen_bugs/bugs.py doctor --config doctor_suites/unseen_bugs/unseen_bugs.json \\
         --set scenario='"loss_summed_over_batch"'
 """
 import math

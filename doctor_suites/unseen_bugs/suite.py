@@ -1,29 +1,23 @@
 #!/usr/bin/env python3
 """Runs the doctor on every case of bugs.py in this one process and reports as
-examples/public_bugs/suite.py does (the same runner): per bug, whether a sign
+doctor_suites/public_bugs/suite.py does (the same harness, doctor_suites/evaluate.py): per bug, whether a sign
 fired (detected) and whether the top-ranked cause is the expected one
 (diagnosed); per healthy program, over 3 seeds and 3 learning rates, any failed
 sign (a false alarm).
 
-    PYTHONPATH=build/python .venv/bin/python examples/unseen_bugs/suite.py [--bugs | --healthy] [--json FILE]
+    PYTHONPATH=build/python .venv/bin/python doctor_suites/unseen_bugs/suite.py [--bugs | --healthy] [--json FILE]
 
 Exit code 0 when every bug is diagnosed and no healthy run raised an alarm, 1 otherwise."""
-import importlib.util
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PUBLIC = os.path.join(HERE, "..", "public_bugs")
-sys.path.insert(0, PUBLIC)
+sys.path.insert(0, os.path.join(HERE, "..", "public_bugs"))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
 
 import bugs  # noqa: E402
-
-# The runner of examples/public_bugs/suite.py (loaded under another name: this file is a suite.py too).
-_spec = importlib.util.spec_from_file_location("public_bugs_suite", os.path.join(PUBLIC, "suite.py"))
-_runner = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_runner)
-Suite = _runner.Suite
+from evaluate import Suite  # noqa: E402
 
 # case: (source, expected top sign, a phrase its cause must contain). Written before the doctor
 # first ran on the case; signs the doctor does not have yet are the ones issue 40 asks for.

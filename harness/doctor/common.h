@@ -177,6 +177,8 @@ VitalSign init_scale(Scenario& fresh, const std::vector<ModuleOutput>& modules, 
 VitalSign ignored_class(Scenario& fresh, const Batch& batch);
 //   class_weights      the loss's weight of each class grows with the class's share of the training labels
 VitalSign class_weights(Scenario& fresh, const std::vector<Batch>& batches);
+//   position_dependence  a sequence input of which the output reads only the first positions
+VitalSign position_dependence(Scenario& fresh, const Batch& batch);
 VitalSign heldout_overlap(const std::vector<Batch>& training, const std::vector<Batch>& heldout, bool has_heldout);
 // Each row (sample) of x hashed (XXH3-128 of its bytes).
 std::vector<Hash128> sample_hashes(const torch::Tensor& x);

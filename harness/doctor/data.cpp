@@ -191,9 +191,26 @@ VitalSign target_leak(Scenario& s, const Batch& b) {
   const torch::Tensor xl = x.to(torch::kCPU).to(torch::kInt64), yl = y.to(torch::kCPU).to(torch::kInt64);
   const double same = (xl == yl).to(torch::kFloat64).mean().item<double>();
   const double next = (yl.slice(1, 0, -1) == xl.slice(1, 1)).to(torch::kFloat64).mean().item<double>();
-  v.data = {{"targets_equal_inputs", same}, {"targets_equal_next_inputs", next}};
+  // Targets that are inputs at earlier positions (the labels shifted the wrong way): visible to the model.
+  int64_t back = 0;
+  double previous = 0;
+  for (int64_t k = 1; k <= 2; ++k) {
+    const double share = (yl.slice(1, k) == xl.slice(1, 0, -k)).to(torch::kFloat64).mean().item<double>();
+    if (share > previous) previous = share, back = k;
+  }
+  v.data = {{"targets_equal_inputs", same}, {"targets_equal_next_inputs", next},
+            {"targets_equal_earlier_inputs", previous}, {"positions_back", back}};
   v.evidence = "targets equal the input at their position for " + percent(same) + " of positions, the next input for " +
-               percent(next);
+               percent(next) + ", the input " + std::to_string(back) + " position(s) back for " + percent(previous);
+  if (previous >= 0.9 && same < 0.9 && next < 0.9) {
+    v.named = {"targets"};
+    fail(v, kRankTargetLeak,
+         "the targets are the inputs shifted the wrong way: " + percent(previous) + " of the targets at position t "
+             "equal the input at t - " + std::to_string(back) + ", a token the model has already seen (an earlier "
+             "position), so it learns to copy from " + std::to_string(back) + " position(s) back",
+         "for next-token prediction the target at position t is the input at t + 1: shift the labels the other way");
+    return v;
+  }
   if (same >= 0.9) {
     // Does the loss reward copying? Outputs that copy the input at each position against outputs that
     // predict the next input: a loss that shifts the labels itself (Hugging Face's causal LMs take
@@ -682,7 +699,7 @@ VitalSign batchnorm_momentum(Scenario& s, const Batch& b) {
   torch::NoGradGuard no_grad;
   const bool was = model.is_training();
   std::vector<double> measured;
-  std::vector<std::string> high;
+  std::vector<std::string> high, frozen;
   try {
     KeepRng keep;
     model.train();
@@ -702,7 +719,11 @@ VitalSign batchnorm_momentum(Scenario& s, const Batch& b) {
     for (size_t i = 0; i < stats.size(); ++i) {
       const torch::Tensor m1 = first[i], m2 = stats[i].mean.detach().to(torch::kFloat64);
       const torch::Tensor ok = m1.abs() > 1e-6;
-      if (!ok.any().item<bool>()) continue;
+      if (!ok.any().item<bool>()) {
+        // Two training passes left the running mean at exactly 0: the new batch's weight is 0.
+        if (m2.abs().max().item<double>() == 0) measured.push_back(0), frozen.push_back(stats[i].layer);
+        continue;
+      }
       const double momentum = (2 - m2.masked_select(ok) / m1.masked_select(ok)).median().item<double>();
       measured.push_back(momentum);
       if (momentum >= 0.5) high.push_back(fmt(momentum) + " in " + stats[i].layer);
@@ -718,7 +739,15 @@ VitalSign batchnorm_momentum(Scenario& s, const Batch& b) {
   v.evidence = std::to_string(stats.size()) + " BatchNorm layer(s); the weight of a new batch in their running "
                "statistics, measured from the running mean after one and two training passes of one batch:";
   for (size_t i = 0; i < measured.size() && i < 6; ++i) v.evidence += (i ? ", " : " ") + fmt(measured[i]);
-  if (!high.empty()) {
+  if (!frozen.empty()) {
+    v.named = frozen;
+    fail(v, kRankBatchNormBatch,
+         "BatchNorm's running statistics never update in " + list(frozen, 3) + ": the new batch's weight (momentum) "
+             "is 0 (measured: the running mean stays at 0 through two training passes of one batch), so evaluation "
+             "normalizes with the initial mean 0 and variance 1, not the data's",
+         "PyTorch's momentum is the new batch's weight in the running statistics: 0.1 by default, never 0 (momentum="
+         "None for a cumulative average)");
+  } else if (!high.empty()) {
     v.named = high;
     fail(v, kRankBatchNormBatch,
          "BatchNorm's running statistics follow the last batch: the new batch's weight (momentum) is " + list(high, 3) +
@@ -1015,6 +1044,59 @@ VitalSign class_weights(Scenario& s, const std::vector<Batch>& batches) {
              "class (log weight against log share: correlation " + fmt(rho) + "), which pushes every prediction "
              "further toward the majority",
          "weight each class by the inverse of its frequency (total / count), not by its count");
+  }
+  return v;
+}
+
+}  // namespace spikehunt::doctor_detail
+
+namespace spikehunt::doctor_detail {
+
+// Which positions of a sequence input the output reads: for inputs (batch, time, features) or token ids
+// (batch, time) and one output row a sample, each position in turn takes another sample's values there,
+// and the positions whose change moves the output are the ones read. A sequence classifier reads its
+// sequence; one that reads only its first position (an RNN's out[:, 0], whose summary is at out[:, -1])
+// has thrown the rest away.
+VitalSign position_dependence(Scenario& s, const Batch& b) {
+  VitalSign v = sign("position_dependence");
+  const torch::Tensor& x = b.inputs;
+  const bool tokens = x.defined() && !x.is_floating_point() && x.dim() == 2;
+  const bool rows = x.defined() && x.is_floating_point() && x.dim() == 3;
+  if ((!tokens && !rows) || x.size(0) < 4 || x.size(1) < 4) {
+    v.evidence = "inputs " + (x.defined() ? c10::str(x.sizes()) : std::string("none")) + ": not sequences";
+    return v;
+  }
+  const int64_t n = std::min<int64_t>(x.size(0), 8), t = x.size(1);
+  const torch::Tensor xs = x.slice(0, 0, n);
+  EvalMode eval(s.model());
+  torch::NoGradGuard no_grad;
+  KeepRng rng;
+  const torch::Tensor base = guarded("forward", [&] { return s.forward(xs, Tap()); }).detach().to(torch::kFloat64);
+  if (base.dim() != 2 || base.size(0) != n) {
+    v.evidence = "the output is " + c10::str(base.sizes()) + ": not one row a sample";
+    return v;
+  }
+  const double scale = base.abs().max().item<double>();
+  const torch::Tensor other = torch::roll(xs, 1, 0);  // each sample takes the next sample's values at one position
+  std::vector<int64_t> read;
+  for (int64_t p = 0; p < t; ++p) {
+    torch::Tensor changed = xs.clone();
+    changed.select(1, p).copy_(other.select(1, p));
+    const torch::Tensor out = guarded("forward", [&] { return s.forward(changed, Tap()); }).detach().to(torch::kFloat64);
+    if (out.sizes() != base.sizes()) return skipped("position_dependence", "the output's shape changes with the inputs");
+    if ((out - base).abs().max().item<double>() > 1e-6 * (1 + scale)) read.push_back(p);
+  }
+  v.data = {{"positions", t}, {"positions_read", read}};
+  v.evidence = "the output reads " + std::to_string(read.size()) + " of the " + std::to_string(t) +
+               " positions of the sequence (each position swapped between samples in turn)";
+  if (!read.empty() && double(read.size()) <= 0.25 * double(t) && read.back() < t / 4) {
+    v.named = {"forward"};
+    fail(v, kRankConstantOutput,
+         "the output depends only on the first " + std::to_string(read.back() + 1) + " of the " + std::to_string(t) +
+             " positions of the input sequence (changing any later position changes nothing): the model reads its "
+             "sequence's first time step, not the whole sequence",
+         "a recurrent network's summary of the whole sequence is its output at the last time step (out[:, -1] with "
+         "batch_first, or the final hidden state), not out[:, 0]; or pool over the positions");
   }
   return v;
 }

@@ -9,6 +9,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <limits>
 #include <set>
 
 #include "base/error.h"
@@ -354,6 +355,37 @@ bool learns_from_fresh_batches(const Watched& w, const std::vector<int64_t>& lab
   return n > 0 && tail / double(n) < entropy - 0.1;
 }
 
+// A run too short to judge held-out accuracy at chance: its training loss still falls over its last quarter
+// (by 3% or more against the quarter before) and has not reached the labels' entropy, which labels the
+// inputs predict go under. Says so, and about how many steps the loss's pace needs to get there; "" when
+// the run is not still learning.
+std::string too_short(const Watched& w, const std::vector<int64_t>& labels, int64_t total) {
+  const size_t n = w.records.size();
+  if (n < 16 || total == 0) return "";
+  auto mean = [&](size_t from, size_t to) {
+    double sum = 0;
+    size_t k = 0;
+    for (size_t i = from; i < to; ++i) {
+      if (std::isfinite(w.records[i].loss)) sum += w.records[i].loss, ++k;
+    }
+    return k ? sum / double(k) : NAN;
+  };
+  const double q3 = mean(n / 2, 3 * n / 4), q4 = mean(3 * n / 4, n);
+  if (!std::isfinite(q3) || !std::isfinite(q4) || q3 <= 0 || q4 > 0.97 * q3) return "";
+  double entropy = 0;
+  for (int64_t c : labels) {
+    if (c > 0) entropy -= double(c) / double(total) * std::log(double(c) / double(total));
+  }
+  const double rate = (q3 - q4) / (double(n) / 4);  // per step
+  const double target = entropy - 0.1;
+  const int64_t more = q4 > target && rate > 0 ? int64_t(std::ceil((q4 - target) / rate)) : 0;
+  const int64_t need = int64_t(n) + std::min<int64_t>(more, 100000);
+  return "too short to judge: the training loss still falls (" + fmt(q3) + " -> " + fmt(q4) + " over the last two "
+         "quarters of " + std::to_string(n) + " steps) and has not reached the labels' entropy (" + fmt(entropy) +
+         "), below which the inputs show they predict the labels; at its pace about " + std::to_string(need) +
+         " steps would get there (doctor --steps " + std::to_string(need) + ")";
+}
+
 // `memorized`: the overfit check memorized one batch and saw no shifted labels.
 VitalSign prediction_collapse(const Watched& w, const Probe& p, bool memorized) {
   VitalSign v = sign("prediction_collapse");
@@ -429,6 +461,11 @@ VitalSign prediction_collapse(const Watched& w, const Probe& p, bool memorized) 
                ") after the watched run went extreme at step " + std::to_string(*w.verdict.onset_step),
            "the collapse follows the instability monitor_health names: see its onset and first movers (a lower "
            "learning rate, warm-up, or clipping)");
+    } else if (const std::string wait = too_short(w, train, train_total); !wait.empty()) {
+      VitalSign short_run = skipped("prediction_collapse", v.evidence + "; " + wait);
+      short_run.data = v.data;
+      short_run.data["too_short"] = true;
+      return short_run;
     } else if (memorized && p.has_heldout && learns_from_fresh_batches(w, train, train_total)) {
       v.evidence += "; the training loss on fresh batches fell below the labels' entropy: the inputs predict the "
                     "labels, the held-out accuracy is not yet above chance";
@@ -582,8 +619,17 @@ VitalSign lr_schedule(const Watched& w) {
     const double prev = w.records[i - 1].lr, now = w.records[i].lr;
     if (prev >= 2 * first && std::fabs(now - first) <= 0.01 * first) restart = w.records[i].step, before = prev;
   }
+  // A rise too slow to reach the optimizers' own learning rate within the program's plan: the slope of the
+  // last half of the steps, extrapolated.
+  int64_t reaches = -1;
+  if (w.nominal_lr > 0 && peak > 0 && peak < 0.1 * w.nominal_lr && w.records.size() >= 20) {
+    const size_t half = w.records.size() / 2;
+    const StepRecord &a = w.records[half], &z = w.records.back();
+    const double slope = z.step > a.step ? (z.lr - a.lr) / double(z.step - a.step) : 0;
+    reaches = slope > 0 ? z.step + int64_t((w.nominal_lr - z.lr) / slope) : std::numeric_limits<int64_t>::max();
+  }
   v.data = {{"peak", peak}, {"last", last}, {"fell_below_1pct_at", fell}, {"planned_steps", planned},
-            {"restarted_at", restart}};
+            {"restarted_at", restart}, {"nominal_lr", w.nominal_lr}, {"reaches_nominal_at", reaches}};
   v.evidence = "applied learning rate: peak " + fmt(peak) + ", " + fmt(last) + " at step " +
                std::to_string(w.records.back().step) + " of " + std::to_string(planned) + " planned";
   if (peak == 0) {
@@ -593,6 +639,17 @@ VitalSign lr_schedule(const Watched& w) {
              " watched steps: no step can change a parameter",
          "a warm-up whose factor starts at 0 and whose scheduler is never stepped (scheduler.step() missing), a "
          "factor or learning rate of 0, or a schedule that has already ended");
+  } else if (reaches > planned) {
+    v.named = {"schedule"};
+    fail(v, kRankLrSchedule,
+         "the learning rate applied stays far below the optimizers' own (" + fmt(w.nominal_lr) + "): it reached " +
+             fmt(peak) + " (" + percent(peak / w.nominal_lr) + ") by step " + std::to_string(w.records.back().step) +
+             (reaches == std::numeric_limits<int64_t>::max()
+                  ? ", and it is not rising"
+                  : ", and at its pace it reaches " + fmt(w.nominal_lr) + " at step " + std::to_string(reaches)) +
+             ", after the " + std::to_string(planned) + " steps planned: a warm-up (or schedule) longer than the run",
+         "count the warm-up in optimizer steps of this run (a few percent of the planned steps), not in samples or "
+         "in another run's steps");
   } else if (restart >= 0) {
     v.named = {"schedule"};
     fail(v, kRankLrSchedule,

@@ -97,6 +97,7 @@ struct UpdateRead {
   double weight_decay = 0, decay_over_gradient = NAN;  // the decay's term over the gradient's (median)
   std::string decay_kind;                  // "L2" (added to the gradient) or "decoupled" (AdamW)
   double eps = NAN, eps_over_scale = NAN, rms_update_over_lr = NAN;  // Adam's eps against the gradients' scale
+  double first_grad_norm = NAN, first_applied_grad_norm = NAN;  // SGD's first step: backward's norm, the one applied
   std::string low_precision_dtype;         // "bfloat16" or "float16" when a trained parameter is
   int64_t low_precision_elements = 0, rounded_away = 0;  // elements the rule moves, and of them unchanged
 };
@@ -161,6 +162,7 @@ struct Watched {
   int64_t optimizer_state_steps = -1;           // the first optimized parameter's step count after the run
   std::string optimizer_state_of;               // that parameter
   UpdateRead update;                            // the update itself, read around each optimizer_step()
+  double nominal_lr = 0;  // the optimizers' own learning rate: a scheduler's initial_lr, or the lr they were built with
 };
 
 // A classification loss is at least 0, and a stable one stays finite when
@@ -182,7 +184,7 @@ struct LossProbe {
 // ---- the experiments (doctor/experiments.cpp) ----
 
 // The parts the doctor swaps for a reference, one at a time.
-enum class Swap { kData, kInit, kLoss, kStep, kOptimizer, kModel };
+enum class Swap { kData, kInit, kLoss, kLrDown, kStep, kOptimizer, kModel };
 const char* swap_name(Swap s);
 std::vector<std::string> swap_parts(Swap s);  // the parts a swap replaces ("optimizer" also replaces "step")
 
@@ -198,6 +200,7 @@ struct Trial {
   double skill_start = NAN, skill_end = NAN, skill_end_train = NAN;  // held-out, eval mode (end also in training mode)
   double raw_start = NAN, raw_end = NAN, raw_end_train = NAN;        // the metric itself
   double loss_first = NAN, loss_last = NAN;  // its own training loss, mean of the first and last tenth of its steps
+  bool extreme = false;                      // the monitor flagged a step (the watched run only)
   std::vector<double> losses;                // its own training loss, each step
   bool learned() const;       // finite, skill 0.2 or more and 0.15 above its start
   // Its own loss falls: by 3% or more from the first tenth of its steps to the last, along a trend whose
@@ -217,6 +220,10 @@ struct Experiments {
   std::vector<std::string> parts;    // the parts they replace (or {"evaluation"})
   std::string unmeasured;            // why nothing could be measured
   std::string program_optimizer;     // the program's optimizers and their settings ("SGD lr 0.9 momentum 0.01")
+  // One winning swap, a narrow one (not the optimizer or the model): the part is named strongly.
+  bool strong() const {
+    return winners.size() == 1 && winners[0] != "optimizer" && winners[0] != "model";
+  }
 };
 Experiments run_experiments(const ScenarioFactory& make, const Probe& p, const Watched& w, int64_t steps);
 VitalSign faulty_part(const Experiments& e, int64_t steps);

@@ -210,6 +210,16 @@ void UpdateProbe::after() {
   read_.with_gradient += any_grad;
   read_.changed += any_changed;
   read_.cleared += any_grad && !any_left && !any_changed;
+  if (rule_all && rule_sq > 0 && read_.rule_checked == 0 && read_.optimizer == "sgd") {
+    // SGD's first step is linear in the gradient (no momentum buffer yet): the change over the rule's is the
+    // factor the gradient was scaled by inside optimizer_step(), and times backward's norm, the norm it had.
+    double g_sq = 0;
+    for (const Slot& slot : slots_) {
+      if (slot.grad.defined()) g_sq += slot.grad.square().sum().item<double>();
+    }
+    read_.first_grad_norm = std::sqrt(g_sq);
+    read_.first_applied_grad_norm = std::sqrt(applied_sq / rule_sq) * read_.first_grad_norm;
+  }
   if (rule_all && rule_sq > 0) {
     ++read_.rule_checked;
     applied_over_rule_.push_back(std::sqrt(applied_sq / rule_sq));
@@ -311,6 +321,23 @@ VitalSign applied_update(const UpdateRead& u, const Watched& w) {
              " of the learning rate (rms), where Adam's normalized step moves it by about the learning rate",
          "use eps of the usual size (1e-8 to 1e-6); an eps of 0.1 or 1 (TensorFlow's advice for one Inception "
          "model) turns Adam into SGD with a tiny learning rate");
+    return v;
+  }
+  if (u.rule_checked >= 5 && std::isfinite(u.applied_over_rule) && u.applied_over_rule <= 0.05 && u.changed > 0) {
+    v.part = "step";
+    v.named = {"optimizer_step"};
+    std::string how;
+    if (std::isfinite(u.first_applied_grad_norm) && u.first_grad_norm > 0) {
+      how = "; its first step is SGD's for a gradient of global norm " + fmt(u.first_applied_grad_norm) +
+            " where backward's had norm " + fmt(u.first_grad_norm) + ", as clipping the gradient to a max norm of " +
+            fmt(u.first_applied_grad_norm) + " makes it";
+    }
+    fail(v, kRankCoverage,
+         "each step changes the parameters by only " + fmt(u.applied_over_rule) + "x what one step of " + u.optimizer +
+             "'s rule computes from the gradient backward produced (median of the first " +
+             std::to_string(u.rule_checked) + " steps): optimizer_step() shrinks the update before applying it" + how,
+         "look at what optimizer_step() does to the gradients before step(): gradient clipping with a max norm far "
+         "below the gradients' (clip_grad_norm_'s max_norm is a norm, not a learning rate), or a scaling of them");
     return v;
   }
   if (u.rule_checked >= 5 && std::isfinite(u.applied_over_rule) && u.applied_over_rule >= 1.8) {

@@ -180,6 +180,14 @@ Watched watch(const ScenarioFactory& make, const Probe& p, const DoctorOptions& 
   w.units_first = probe_units(*s, p, nullptr);
   w.skill_start = heldout_skill(*s, p.heldout, /*eval_mode=*/true);
   UpdateProbe update(*s);
+  for (const NamedOptimizer& opt : s->optimizers()) {
+    for (size_t g = 0; g < opt.optimizer->param_groups().size(); ++g) {
+      const std::map<std::string, double> set = group_settings(*opt.optimizer, g);
+      const auto initial = set.find("initial_lr");
+      w.nominal_lr = std::max(w.nominal_lr, initial != set.end() ? initial->second
+                                                                  : group_lr(opt.optimizer->param_groups()[g]));
+    }
+  }
   HealthRules rules = o.rules;
   rules.stop_at = StopAt::kNonFinite;  // watch past the first extreme step
   BurstOptions options;

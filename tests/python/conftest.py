@@ -62,9 +62,9 @@ def tiny_run_trace(out):
 
 
 def run_doctor_suite(suite, tmp_path, half):
-    """examples/<suite>/suite.py run in a process of its own on one half (--bugs or --healthy): its
+    """doctor_suites/<suite>/suite.py run in a process of its own on one half (--bugs or --healthy): its
     exit code, its printed table and its rows (the --json it wrote)."""
     out = tmp_path / "rows.json"
-    p = subprocess.run([sys.executable, os.path.join(SOURCE, "examples", suite, "suite.py"), half, "--json", str(out)],
+    p = subprocess.run([sys.executable, os.path.join(SOURCE, "doctor_suites", suite, "suite.py"), half, "--json", str(out)],
                        cwd=SOURCE, capture_output=True, text=True, timeout=900)
     return p.returncode, p.stdout, json.loads(out.read_text())

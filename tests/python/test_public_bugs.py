@@ -1,7 +1,7 @@
-"""The doctor on publicly reported training bugs (examples/public_bugs): each
+"""The doctor on publicly reported training bugs (doctor_suites/public_bugs): each
 case's top-ranked cause is pinned (one test a case), and no sign fires on the
 healthy programs over 3 seeds and 3 learning rates. The suite runs in one
-process per half (examples/public_bugs/suite.py), as a user would run it."""
+process per half (doctor_suites/public_bugs/suite.py), as a user would run it."""
 import os
 import sys
 
@@ -9,7 +9,7 @@ import pytest
 
 from conftest import SOURCE, run_doctor_suite
 
-SUITE = os.path.join(SOURCE, "examples", "public_bugs", "suite.py")
+SUITE = os.path.join(SOURCE, "doctor_suites", "public_bugs", "suite.py")
 sys.path.insert(0, os.path.dirname(SUITE))
 from suite import EXPECTED  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The doctor on its second suite (examples/unseen_bugs): publicly reported bugs of
+"""The doctor on its second suite (doctor_suites/unseen_bugs): publicly reported bugs of
 classes in none of its other suites, whose expected causes were written before
 the doctor first ran on them (first runs: 0 of 9 named with 11 false alarms
 in 36 healthy runs, then 0 of a second batch of 3, then 0 of a third batch of
@@ -16,7 +16,7 @@ import pytest
 
 from conftest import SOURCE, run_doctor_suite
 
-SUITE = os.path.join(SOURCE, "examples", "unseen_bugs", "suite.py")
+SUITE = os.path.join(SOURCE, "doctor_suites", "unseen_bugs", "suite.py")
 sys.path.insert(0, os.path.dirname(SUITE))
 from suite import EXPECTED  # noqa: E402
 
@@ -101,7 +101,7 @@ def test_every_sign_of_the_registry_is_some_cases_diagnosis_or_pinned_by_a_test(
     signs = json.loads(out)
     names = {s["name"] for s in signs}
     assert len(names) == len(signs) >= 36
-    spec = importlib.util.spec_from_file_location("public_suite", os.path.join(SOURCE, "examples", "public_bugs", "suite.py"))
+    spec = importlib.util.spec_from_file_location("public_suite", os.path.join(SOURCE, "doctor_suites", "public_bugs", "suite.py"))
     public = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(public)
     diagnosed = {sign for _, sign, _ in EXPECTED.values()} | {sign for _, sign, _ in public.EXPECTED.values()}
