@@ -803,6 +803,154 @@ class FinetuneLrDestroysPretrained(FashionCase):
         self.opt = torch.optim.SGD(self.net.parameters(), lr=config.optimizer.lr * 10, momentum=0.9)
 
 
+# ================================================================ batch 4
+# Written after batches 1 to 3 were improved on, before the doctor ran on these.
+
+class LossMultipliedForPrecision(FashionCase):
+    # The loss multiplied by 1,000 "to keep small gradients from underflowing" (a loss scaling done by hand,
+    # outside AMP, and never undone): every gradient is 1,000x, and SGD at the usual rate blows up (e.g.
+    # NVIDIA/apex and forum threads on manual loss scaling without unscaling).
+    def loss(self, outputs, targets):
+        return F.cross_entropy(outputs, targets) * 1000
+
+
+class BiasOnlyOptimizer(FashionCase):
+    # Parameter groups meant to exempt the biases from weight decay, of which only the "no decay" group reached
+    # the optimizer: it holds the biases alone and the weights never train (e.g. the no_decay lists of
+    # fine-tuning scripts, huggingface/transformers#8179-style reports).
+    def __init__(self, config):
+        super().__init__(config)
+        no_decay = [p for n, p in self.net.named_parameters() if n.endswith("bias")]
+        self.opt = torch.optim.SGD([{"params": no_decay, "weight_decay": 0.0}], lr=config.optimizer.lr, momentum=0.9)
+
+
+class ResidualBranchDetached(FashionCase):
+    # .detach() written on the residual branch instead of on a logged copy: x + block(x).detach() adds the
+    # branch's value and cuts its gradient, so the block never trains (e.g. "detach in the wrong place"
+    # reports in research code).
+    def build(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inp = nn.Linear(784, 64)
+                self.block = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
+                self.out = nn.Linear(64, 10)
+
+            def forward(self, x):
+                h = F.relu(self.inp(x))
+                h = h + self.block(h).detach()
+                return self.out(h)
+        return Net()
+
+
+class IntegerDivisionOfPixels(FashionCase):
+    # uint8 pixels divided with // (integer division) instead of /: every pixel below 255 becomes 0, so the
+    # images are almost all zeros (e.g. "x // 255 gives all zeros" reports; torch's floor division on integer
+    # tensors).
+    def __init__(self, config):
+        super().__init__(config)
+        raw, raw_t = fashion_raw("train", self.train)[0], fashion_raw("test", 500)[0]
+        self.x = (raw // 255).float().reshape(self.train, -1)
+        self.xt = (raw_t // 255).float().reshape(500, -1)
+
+
+class SeedResetEveryStep(FashionCase):
+    # torch.manual_seed(seed) called inside the batch loop (a "set_seed for reproducibility" in the wrong
+    # place): every step draws the same permutation and so the same batch (e.g. reports of seeding inside
+    # __getitem__ or the training loop).
+    def next_batch(self):
+        if self.done == self.planned_steps():
+            return None
+        self.done += 1
+        torch.manual_seed(self.config.seed)
+        idx = torch.randperm(self.x.shape[0])[:self.config.batch_size]
+        return self.x[idx], self.y[idx]
+
+
+class TemperatureZero(FashionCase):
+    # Logits divided by a temperature whose config default is 0 (meant as "off"): outputs / 0 is inf, and
+    # the loss is NaN from the first step (e.g. sampling/distillation code with temperature=0.0 defaults).
+    def build(self):
+        class Net(nn.Module):
+            def __init__(self, temperature=0.0):
+                super().__init__()
+                self.body = MLP()
+                self.temperature = temperature
+
+            def forward(self, x):
+                return self.body(x) / self.temperature
+        return Net()
+
+
+class TargetInFeatures(Case):
+    # Target leakage in tabular data: the column to predict left among the input features (the top-half
+    # brightness is both the target and feature 784 here), so the model "predicts" it from itself and held-out
+    # scores say nothing about the task (a leading data bug in Kaggle post-mortems; Defects4ML's data leakage).
+    classes = 1
+
+    def __init__(self, config):
+        super().__init__(config)
+        x, _, xt, _ = fashion_normalized()
+        y, yt = HealthyHuberRegression.targets(x), HealthyHuberRegression.targets(xt)
+        self.y, self.yt = y[:, :1], yt[:, :1]
+        self.x, self.xt = torch.cat([x, self.y], 1), torch.cat([xt, self.yt], 1)
+        self.net = nn.Sequential(nn.Linear(785, 64), nn.ReLU(), nn.Linear(64, 1))
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+    def loss(self, outputs, targets):
+        return F.mse_loss(outputs, targets)
+
+
+class AuxiliaryLossWeightTypo(FashionCase):
+    # A multi-task loss whose auxiliary term's weight was typed 100 for 0.01: an activation penalty on the
+    # hidden features dominates the objective and drives them to zero before the classifier can use them.
+    def build(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1 = nn.Linear(784, 64)
+                self.fc2 = nn.Linear(64, 10)
+                self.features = None
+
+            def forward(self, x):
+                self.features = F.relu(self.fc1(x))
+                return self.fc2(self.features)
+        return Net()
+
+    def loss(self, outputs, targets):
+        return F.cross_entropy(outputs, targets) + 100 * self.net.features.square().mean()
+
+
+class LearningRateTiny(FashionCase):
+    # A learning rate typed 1e-6 for 1e-3: Adam's steps are a millionth of the weights' scale and nothing is
+    # learned in any budget one runs (DeepFD's "wrong learning rate", AutoTrainer's "slow convergence").
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=1e-6)
+
+
+class BidirectionalLastStep(Case):
+    # A bidirectional LSTM read at out[:, -1]: its forward half has seen the whole sequence there, its
+    # backward half only the last element (the summary of the backward direction is at out[:, 0]; a PyTorch
+    # forum classic, e.g. "BiLSTM output: use h_n, not out[:, -1]").
+    def __init__(self, config):
+        super().__init__(config)
+        x, self.y, xt, self.yt = fashion_normalized()
+        self.x, self.xt = x.reshape(-1, 28, 28), xt.reshape(-1, 28, 28)
+
+        class BiRowLstm(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm = nn.LSTM(28, 32, batch_first=True, bidirectional=True)
+                self.fc = nn.Linear(64, 10)
+
+            def forward(self, x):
+                out, _ = self.lstm(x)
+                return self.fc(out[:, -1])
+        self.net = BiRowLstm()
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
 # ================================================================ healthy programs
 
 class HealthyPaddedTransformerEncoder(Case):
@@ -1139,6 +1287,17 @@ BUGS = {
     "loss_mask_inverted": LossMaskInverted,
     "optimizer_filter_inverted": OptimizerFilterInverted,
     "finetune_lr_destroys_pretrained": FinetuneLrDestroysPretrained,
+    # batch 4
+    "loss_multiplied_for_precision": LossMultipliedForPrecision,
+    "bias_only_optimizer": BiasOnlyOptimizer,
+    "residual_branch_detached": ResidualBranchDetached,
+    "integer_division_of_pixels": IntegerDivisionOfPixels,
+    "seed_reset_every_step": SeedResetEveryStep,
+    "temperature_zero": TemperatureZero,
+    "target_in_features": TargetInFeatures,
+    "auxiliary_loss_weight_typo": AuxiliaryLossWeightTypo,
+    "learning_rate_tiny": LearningRateTiny,
+    "bidirectional_last_step": BidirectionalLastStep,
 }
 HEALTHY = {
     "healthy_padded_transformer_encoder": HealthyPaddedTransformerEncoder,

@@ -52,6 +52,17 @@ EXPECTED = {
     "loss_mask_inverted": ("loss", r"pad|mask|ignore"),
     "optimizer_filter_inverted": ("optimizer", r"empty parameter list|no parameter|optimizer"),
     "finetune_lr_destroys_pretrained": ("optimizer", r"learning rate|\blr\b|forget|worse than (at )?(the )?start|falls from"),
+    # ---- batch 4 (10 cases), committed after batches 1 to 3 were improved on, before the doctor's first run on them
+    "loss_multiplied_for_precision": ("loss", r"loss[^.;]*(scal|1,?000|large|times|x the)|scaled"),
+    "bias_only_optimizer": ("optimizer", r"no optimizer updates|not (held|updated)|only the bias"),
+    "residual_branch_detached": ("model", r"no gradient reaches|detach"),
+    "integer_division_of_pixels": ("data", r"inputs[^.;]*(zero|constant|barely|differ)|integer|255"),
+    "seed_reset_every_step": ("data", r"same batch|1 distinct|identical|seed"),
+    "temperature_zero": ("model", r"divi|temperature|/ ?0|by zero"),
+    "target_in_features": ("data", r"target[^.;]*(feature|input|column)|leak"),
+    "auxiliary_loss_weight_typo": ("loss", r"(auxiliary|extra|regulari[sz]|second|additional) (loss|term)|loss[^.;]*(term|weight|dominat)"),
+    "learning_rate_tiny": ("optimizer", r"learning rate[^.;]*(small|tiny|1e-06|1\.00e-06)|\blr\b[^.;]*1(\.00)?e-0?6"),
+    "bidirectional_last_step": ("model", r"backward (direction|half)|bidirectional|last (time ?)?step"),
 }
 
 # Healthy programs, each at seeds 0 and 1 and the config's learning rate: any failed sign is a false alarm.
