@@ -97,7 +97,24 @@ VitalSign input_scale(const Probe& p) {
             {"spread_across_samples", number(spread)}};
   v.evidence = "first " + std::to_string(batches) + " training batch(es): rms " + fmt(rms) + ", max |x| " + fmt(max_abs) +
                (non_finite ? ", " + std::to_string(non_finite) + " NaN/Inf of " + std::to_string(n) : "");
-  if (non_finite > 0) {
+  int64_t target_non_finite = 0, target_values = 0;
+  for (const Batch& b : p.batches) {
+    if (!b.targets.defined() || !b.targets.is_floating_point()) continue;
+    target_non_finite += b.targets.numel() - torch::isfinite(b.targets).sum().item<int64_t>();
+    target_values += b.targets.numel();
+  }
+  v.data["target_non_finite"] = target_non_finite;
+  if (target_non_finite > 0) v.evidence += "; the targets hold " + std::to_string(target_non_finite) + " NaN/Inf of " +
+                                           std::to_string(target_values);
+  if (target_non_finite > 0) {
+    v.named = {"targets"};
+    fail(v, kRankBadInputValues,
+         "the training targets hold NaN/Inf: " + std::to_string(target_non_finite) + " of the " +
+             std::to_string(target_values) + " target values in the first " + std::to_string(batches) +
+             " batches, so the loss of any batch holding one is NaN",
+         "find the missing or corrupt target values in the data (a NaN left in a table column, a division by 0 in "
+         "the target's preprocessing) and drop or fill those samples");
+  } else if (non_finite > 0) {
     v.named = {"input"};
     fail(v, kRankBadInputValues,
          "the training data holds " + std::to_string(non_finite) + " NaN/Inf values",

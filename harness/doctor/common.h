@@ -60,6 +60,9 @@ enum Rank {  // as docs/doctor.md's table numbers them
 // which it explains), an update larger than the rule's (below grad_accumulation's running sum, which it is
 // a consequence of).
 inline constexpr int kRankUpdateCleared = 11;
+// ... and parameters that something other than optimizer_step() rewrites (everything downstream, the eval
+// outputs included, follows from it).
+inline constexpr int kRankChangedOutside = 8;
 inline constexpr int kRankUpdateScale = 20;
 // The experiments' finding when the swap that made the program learn is a broad one (the optimizer, or the
 // model with its optimizer): an optimizer that normalizes its steps also works around faults of other parts

@@ -535,8 +535,9 @@ Skill heldout_skill(Scenario& s, const std::vector<Batch>& heldout, bool eval_mo
 }
 
 bool Trial::learned() const {
-  return ran && finite && std::isfinite(skill_end) && skill_end >= 0.2 &&
-         (!std::isfinite(skill_start) || skill_end >= skill_start + 0.15);
+  if (!ran || !finite || !std::isfinite(skill_end) || skill_end < 0.2) return false;
+  if (!std::isfinite(skill_start) || skill_end >= skill_start + 0.15) return true;
+  return skill_start >= 0.2 && skill_end >= skill_start - 0.05;  // a model that starts out able (pretrained) keeps it
 }
 
 bool Trial::loss_falling() const {
@@ -624,7 +625,8 @@ bool failing(const Trial& b) {
   if (!b.finite) return true;
   if (!std::isfinite(b.skill_end)) return false;
   if (b.skill_end <= -0.2) return true;  // it learns the opposite
-  if (b.extreme && b.skill_end < 0.5) return true;  // the monitor flagged a step, and it learned little
+  if (b.extreme) return true;  // the monitor flagged a step: what does a swap do to it?
+  if (std::isfinite(b.skill_start) && b.skill_end < b.skill_start - 0.2) return true;  // it unlearns what it could
   return b.skill_end < 0.2 && b.skill_end - (std::isfinite(b.skill_start) ? b.skill_start : 0) < 0.1 && !b.loss_falling();
 }
 
@@ -789,9 +791,13 @@ VitalSign faulty_part(const Experiments& e, int64_t steps) {
   // One narrow swap names the part; a broad one (an optimizer that normalizes its steps works around faults
   // elsewhere), or several parts each making it learn (a fragile run that any change tips), name it weakly.
   const bool broad = !e.strong();
-  std::string cause = "the faulty part is the " + list(e.winners, 3) + ": with " + win->what + ", " +
+  std::vector<std::string> parts;
+  for (const std::string& w : e.winners) parts.push_back(w == "learning_rate" ? "optimizer's learning rate" : w);
+  std::string cause = "the faulty part is the " + list(parts, 3) + ": with " + win->what + ", " +
                       learning_text(*win, win->steps) + ", where the program as written gives " + learning_text(b, b.steps);
-  if (!e.program_optimizer.empty() && std::find(e.winners.begin(), e.winners.end(), "optimizer") != e.winners.end()) {
+  if (!e.program_optimizer.empty() &&
+      (std::find(e.winners.begin(), e.winners.end(), "optimizer") != e.winners.end() ||
+       std::find(e.winners.begin(), e.winners.end(), "learning_rate") != e.winners.end())) {
     cause += " (the program's optimizer: " + e.program_optimizer + ")";
   }
   if (inverted) cause += " (below chance: its outputs rank the classes the opposite way, as if its targets were inverted)";

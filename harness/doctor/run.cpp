@@ -573,7 +573,7 @@ VitalSign input_dependence(const Watched& w) {
 
 
 // Every training label one class: nothing to learn.
-VitalSign label_balance(const Watched& w, int64_t classes) {
+VitalSign label_balance(const Watched& w, int64_t classes, const std::vector<Batch>& batches) {
   VitalSign v = sign("label_balance");
   std::vector<int64_t> count;
   for (const StepRecord& r : w.records) {
@@ -589,10 +589,21 @@ VitalSign label_balance(const Watched& w, int64_t classes) {
             {"top_share", double(count[size_t(top)]) / double(total)}};
   v.evidence = std::to_string(present) + " of " + std::to_string(classes) + " classes in " + std::to_string(total) +
                " training labels; class " + std::to_string(top) + " has " + percent(double(count[size_t(top)]) / double(total));
+  // Targets below 0 (an ignore index, -100) are left out of the count, as the loss leaves them out.
+  int64_t ignored = 0, targets = 0;
+  for (const Batch& b : batches) {
+    if (!b.targets.defined() || b.targets.is_floating_point()) continue;
+    ignored += (b.targets < 0).sum().item<int64_t>();
+    targets += b.targets.numel();
+  }
+  const std::string of_counted = ignored > 0 ? " the loss counts (" + percent(double(ignored) / double(targets)) +
+                                                   " of the targets in the first batches are negative, an ignore index)"
+                                             : "";
+  v.data["ignored_share"] = targets ? double(ignored) / double(targets) : 0.0;
   if (present == 1) {
     v.named = {"class " + std::to_string(top)};
     fail(v, kRankOneClass,
-         "every training label is class " + std::to_string(top) + " (" + std::to_string(total) + " labels)",
+         "every training label" + of_counted + " is class " + std::to_string(top) + " (" + std::to_string(total) + " labels)",
          "the labels are lost in the data pipeline: a constant, a wrong column, an overwritten or zero-initialized "
          "label tensor, or a filter that keeps one class");
   }

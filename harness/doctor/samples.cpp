@@ -106,11 +106,12 @@ VitalSign label_pairing(const ScenarioFactory& make, int64_t steps) {
   if (repeated >= 8 && share >= 0.5) {
     v.named = {"data"};
     fail(v, kRankBatchComposition,
-         "inputs and labels are drawn apart: of " + std::to_string(repeated) + " inputs seen more than once in the " +
-             "first " + std::to_string(drawn) + " steps, " + percent(share) + " came with another target each time" +
-             example + ": the labels are shuffled or sampled separately from the inputs",
-         "index inputs and targets with one permutation (one Dataset returning (x, y), or x[perm] with y[perm]); "
-         "two shuffled DataLoaders zipped pair them at random");
+         "the labels do not stay with their inputs: of " + std::to_string(repeated) + " inputs seen more than once in "
+             "the first " + std::to_string(drawn) + " steps, " + percent(share) + " had their labels differ between "
+             "draws" + example + ", so a label does not say what its input is",
+         "index inputs and targets with one permutation (one Dataset returning (x, y), or x[perm] with y[perm]), and "
+         "encode the labels once for the whole data set (a label encoder fitted per batch numbers the classes anew "
+         "each time); two shuffled DataLoaders zipped pair them at random");
   }
   return v;
 }

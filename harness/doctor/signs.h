@@ -87,6 +87,8 @@ struct UpdateRead {
   int64_t with_gradient = 0;        // steps whose trainable parameters held a nonzero gradient before the step
   int64_t changed = 0;              // steps that changed a trainable parameter
   int64_t cleared = 0;              // steps with a gradient before, none after, and no change
+  int64_t steps_changed_outside = 0;  // steps whose parameters were not what the previous optimizer step left
+  std::vector<std::string> changed_outside;  // those parameters
   int64_t rule_checked = 0;         // steps whose change was compared with the optimizer's rule (the first 20)
   int64_t as_without_gradient = 0;  // of them, changes that are the rule's for a zero gradient, not the gradient's
   double applied_over_rule = NAN;   // median of |applied change| / |the rule's change|
@@ -261,7 +263,7 @@ VitalSign prediction_collapse(const Watched& w, const Probe& p, bool memorized);
 VitalSign grad_norm_range(const Watched& w);
 VitalSign monitor_health(const Watched& w);
 VitalSign input_dependence(const Watched& w);
-VitalSign label_balance(const Watched& w, int64_t classes);
+VitalSign label_balance(const Watched& w, int64_t classes, const std::vector<Batch>& batches);
 VitalSign lr_schedule(const Watched& w);
 VitalSign grad_accumulation(const Watched& w);
 

@@ -65,6 +65,7 @@ struct UpdateProbe::Slot {
   std::string kind;  // "sgd", "adam", "adamw" (lower case), else unknown
   // Read before the step.
   torch::Tensor before, grad, rule, rule_without_grad;
+  torch::Tensor after;  // as the last optimizer_step() left it
   bool had_grad = false;
   double decay_term = NAN, grad_term = NAN;
 };
@@ -125,6 +126,19 @@ torch::Tensor UpdateProbe::rule(const Slot& slot, const torch::Tensor& theta, co
 void UpdateProbe::before() {
   torch::NoGradGuard no_grad;
   const bool check = read_.steps < kRuleSteps;
+  // The parameters as the last optimizer step left them, against what this step's backward ran with: a
+  // trainable parameter changes in optimizer_step() and nowhere else.
+  bool moved = false;
+  for (Slot& slot : slots_) {
+    if (!slot.after.defined()) continue;
+    if (!torch::equal(slot.param.detach().to(torch::kFloat64), slot.after)) {
+      moved = true;
+      if (std::find(read_.changed_outside.begin(), read_.changed_outside.end(), slot.name) == read_.changed_outside.end()) {
+        read_.changed_outside.push_back(slot.name);
+      }
+    }
+  }
+  read_.steps_changed_outside += moved;
   for (Slot& slot : slots_) {
     const torch::Tensor g = slot.param.grad();
     slot.had_grad = g.defined() && g.abs().max().item<double>() > 0;
@@ -179,7 +193,9 @@ void UpdateProbe::after() {
     any_grad = any_grad || slot.had_grad;
     const torch::Tensor g = slot.param.grad();
     any_left = any_left || (g.defined() && g.abs().max().item<double>() > 0);
-    const torch::Tensor delta = slot.param.detach().to(torch::kFloat64) - slot.before;
+    const torch::Tensor now = slot.param.detach().to(torch::kFloat64);
+    const torch::Tensor delta = now - slot.before;
+    slot.after = now;
     const bool changed = delta.abs().max().item<double>() > 0;
     any_changed = any_changed || changed;
     if (slot.param.dim() >= 2) {
@@ -249,6 +265,7 @@ VitalSign applied_update(const UpdateRead& u, const Watched& w) {
   if (u.steps == 0) return skipped("applied_update", "no optimizer step ran");
   const std::string n = std::to_string(u.steps);
   v.data = {{"steps", u.steps}, {"steps_with_gradient", u.with_gradient}, {"steps_changed", u.changed},
+            {"steps_changed_outside_the_step", u.steps_changed_outside}, {"changed_outside_the_step", u.changed_outside},
             {"steps_gradient_cleared", u.cleared}, {"steps_as_without_gradient", u.as_without_gradient},
             {"rule_checked_steps", u.rule_checked}, {"optimizer", u.optimizer},
             {"applied_over_rule", number(u.applied_over_rule)}, {"lr_peak", u.lr_peak},
@@ -267,6 +284,18 @@ VitalSign applied_update(const UpdateRead& u, const Watched& w) {
   const double share_rounded = u.low_precision_elements ? double(u.rounded_away) / double(u.low_precision_elements) : 0;
   // A step with no change while the gradient was there is optimizer_coverage's ("never changes ... though they
   // have gradients"); this sign says what it reads in addition: the gradient gone by the time the step ended.
+  if (u.steps_changed_outside * 2 >= std::max<int64_t>(u.steps - 1, 1) && u.steps > 2) {
+    v.part = "model";
+    v.named = u.changed_outside;
+    fail(v, kRankChangedOutside,
+         "the parameters change outside the optimizer's step: at " + std::to_string(u.steps_changed_outside) + " of " +
+             std::to_string(u.steps - 1) + " steps, " + list(u.changed_outside, 4) + " were no longer what the last "
+             "optimizer_step() left when the next backward ran, so something else (forward(), the data code, a hook) "
+             "rewrites them and what the optimizer learned is not kept",
+         "change trainable parameters only in the optimizer's step: an initialization (model.apply(init_weights)) or "
+         "a copy into them belongs in __init__ or before training, not in forward()");
+    return v;
+  }
   if (u.changed == 0 && u.with_gradient > 0 && u.lr_peak > 0 && u.cleared * 2 >= u.with_gradient) {
     v.part = "step";
     v.named = {"optimizer_step"};
