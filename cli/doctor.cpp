@@ -12,7 +12,7 @@
 #include "cli/flags.h"
 #include "cli/verbs.h"
 #include "harness/burst.h"
-#include "harness/doctor.h"
+#include "harness/doctor/doctor.h"
 #include "scenarios/catalog.h"
 #include "scenarios/planted.h"
 

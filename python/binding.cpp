@@ -711,6 +711,9 @@ class PyScenario : public Scenario {
       o.input_rms = t[7].cast<double>();
       o.fan_in = t[8].cast<int64_t>();
       o.weight_std = t[9].cast<double>();
+      o.nan = t[10].cast<int64_t>();
+      o.pos_inf = t[11].cast<int64_t>();
+      o.neg_inf = t[12].cast<int64_t>();
       out.push_back(std::move(o));
     }
     return out;

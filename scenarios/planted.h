@@ -1,5 +1,5 @@
 // planted.h — scenarios with one classic training bug planted on purpose,
-// which the doctor (harness/doctor.h) must name; and a healthy control that
+// which the doctor (harness/doctor/doctor.h) must name; and a healthy control that
 // must pass every vital sign. Each is an MLP on the synthetic data trained on
 // all classes at once (no domain protocol), so a doctor run takes seconds.
 //   healthy                 nothing planted

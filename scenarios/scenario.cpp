@@ -79,6 +79,9 @@ ModuleOutput output_stats(const std::string& name, const torch::Tensor& t) {
   const torch::Tensor finite = torch::isfinite(x);
   o.numel = x.numel();
   o.non_finite = o.numel - finite.sum().item<int64_t>();
+  o.nan = torch::isnan(x).sum().item<int64_t>();
+  o.pos_inf = torch::isposinf(x).sum().item<int64_t>();
+  o.neg_inf = torch::isneginf(x).sum().item<int64_t>();
   const torch::Tensor f = torch::where(finite, x, torch::zeros_like(x));
   const int64_t n = std::max<int64_t>(o.numel - o.non_finite, 1);
   o.rms = std::sqrt(f.square().sum().item<double>() / double(n));

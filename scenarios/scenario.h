@@ -87,6 +87,7 @@ struct ModuleOutput {
   bool inputs_finite = true;   // every floating-point tensor it was given was finite
   int64_t numel = 0;           // the output's elements
   int64_t non_finite = 0;      // of them NaN or Inf
+  int64_t nan = 0, pos_inf = 0, neg_inf = 0;  // the non-finite ones by kind
   double rms = 0, max_abs = 0; // over the finite ones
   double input_rms = NAN;      // of its first floating-point input (NAN: not read)
   int64_t fan_in = 0;          // a Linear's or convolution's inputs per output unit (0: not one)

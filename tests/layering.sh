@@ -15,8 +15,9 @@ floor() {
 }
 bad=0
 declare -A edges=()
-for f in base/*.h base/*.cpp scenarios/*.h scenarios/*.cpp harness/*.h harness/*.cpp \
-         generators/*.h generators/*.cpp cli/*.h cli/*.cpp include/spikehunt/*.h python/*.cpp; do
+shopt -s nullglob
+for f in base/*.h base/*.cpp scenarios/*.h scenarios/*.cpp harness/*.h harness/*.cpp harness/*/*.h harness/*/*.cpp \
+         generators/*.h generators/*.cpp cli/*.h cli/*.cpp include/spikehunt/*.h python/*.cpp python/*.h; do
   from=${f%%/*}
   [ "$from" = include ] && from=spikehunt
   from_floor=$(floor "$from")

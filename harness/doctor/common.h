@@ -1,7 +1,7 @@
 // doctor/common.h — what the doctor's signs share (internal to harness/):
 // building a VitalSign (sign, fail, skipped), the ranking of failed signs,
 // running the user's code as training code (guarded), evaluation mode while
-// alive. harness/doctor.cpp assembles the signs; the probes of one family
+// alive. doctor/run_doctor.cpp assembles the signs; the probes of one family
 // live in a file of this folder each (data.cpp: the data and the model as
 // handed over, read before training).
 #pragma once
@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-#include "harness/doctor.h"
+#include "harness/doctor/doctor.h"
 #include "harness/record.h"
 #include "harness/training_error.h"
 
@@ -78,6 +78,27 @@ inline std::string list(const std::vector<std::string>& names, size_t max = 6) {
   return s;
 }
 
+// A module's class as its name reads: "torch::nn::BatchNorm2d" or a Python class's "BatchNorm2d".
+inline std::string module_kind(const std::string& name) {
+  return name.substr(name.rfind(':') == std::string::npos ? 0 : name.rfind(':') + 1);
+}
+
+// The submodules whose class (as module_kind reads it) `is` accepts: "name (Kind)" each.
+template <class Is>
+std::vector<std::string> modules_of_kind(torch::nn::Module& model, Is&& is) {
+  std::vector<std::string> out;
+  for (const auto& m : model.named_modules("", /*include_self=*/false)) {
+    const std::string kind = module_kind(m.value()->name());
+    if (is(kind)) out.push_back(m.key() + " (" + kind + ")");
+  }
+  return out;
+}
+
+// Token ids of one sequence a sample: (batch, time) integers.
+inline bool integer_tokens(const torch::Tensor& t) {
+  return t.defined() && !t.is_floating_point() && t.scalar_type() != torch::kBool && t.dim() == 2;
+}
+
 inline VitalSign sign(const char* name) {
   VitalSign v;
   v.name = name;
@@ -127,7 +148,8 @@ class KeepRng {
   torch::Tensor saved_;
 };
 
-// The probes of doctor/data.cpp (heldout_overlap, sample_hashes and label_pairing: doctor/samples.cpp). Each reads a fresh scenario (or the
+// The probes of the family files (data.cpp, inputs.cpp, model.cpp, modes.cpp, loss.cpp, loss_weights.cpp,
+// optimizers.cpp, graph.cpp). Each reads a fresh scenario (or the
 // watched run's records) and says what it measured.
 //   batch_composition  the labels of each watched batch against all of them: one class a batch
 //   target_leak        targets that are the inputs; outputs at a position that change with the
@@ -139,7 +161,19 @@ class KeepRng {
 // The batch's loss over the mean of its halves' losses, in eval mode: 1 for a mean
 // over samples, 2 for a sum; NAN when it cannot be measured.
 double loss_batch_scaling(Scenario& fresh, const Batch& batch);
-VitalSign loss_scale(double scaling, int64_t batch_size, const std::vector<StepRecord>& records, const Verdict& verdict);
+// The program's loss against the task's reference loss (doctor/experiments.cpp's reference_loss) on the same
+// outputs and targets, at step 0 in eval mode: on the batch, and on each of its halves (consistent: the same
+// ratio within 1% on both).
+struct LossReference {
+  std::string name;  // "cross-entropy", ...; "" when none fits
+  double program = NAN, reference = NAN;
+  bool consistent = false;
+  bool measured() const { return !name.empty() && std::isfinite(program) && std::isfinite(reference) && reference > 0; }
+  double ratio() const { return program / reference; }
+};
+LossReference compare_with_reference(Scenario& fresh, const Batch& batch);
+VitalSign loss_scale(double scaling, int64_t batch_size, const std::vector<StepRecord>& records, const Verdict& verdict,
+                     const LossReference& reference);
 VitalSign batch_composition(const std::vector<StepRecord>& records, int64_t classes);
 VitalSign target_leak(Scenario& fresh, const Batch& batch);
 VitalSign init_symmetry(Scenario& fresh);
@@ -158,7 +192,8 @@ VitalSign target_padding(Scenario& fresh, const Batch& batch);
 //   target_scale       float regression targets whose rms is 100 or more, and 100x the outputs' at step 0
 // output_range_miss: every output in (0, 1) or (-1, 1) while 10% or more of the float targets (of the
 // outputs' shape) lie outside that range; what was measured, or "" when not.
-VitalSign batch_repeats(const std::vector<StepRecord>& records);
+struct Probe;
+VitalSign batch_repeats(const std::vector<StepRecord>& records, const Probe& probe);
 VitalSign frozen_parameters(Scenario& fresh);
 std::string output_range_miss(const torch::Tensor& outputs, const torch::Tensor& targets);
 // bounded_logits: every output of a (B, C) classification in (0, 1) without summing to 1, and the loss
@@ -182,6 +217,8 @@ VitalSign ignored_class(Scenario& fresh, const Batch& batch);
 VitalSign class_weights(Scenario& fresh, const std::vector<Batch>& batches);
 //   position_dependence  a sequence input of which the output reads only the first positions
 VitalSign position_dependence(Scenario& fresh, const Batch& batch);
+//   target_in_inputs   an input feature (of feature-vector inputs) correlated 0.999 or more with a target column
+VitalSign target_in_inputs(const std::vector<Batch>& batches);
 VitalSign heldout_overlap(const std::vector<Batch>& training, const std::vector<Batch>& heldout, bool has_heldout);
 // Each row (sample) of x hashed (XXH3-128 of its bytes).
 std::vector<Hash128> sample_hashes(const torch::Tensor& x);

@@ -123,8 +123,9 @@ std::vector<std::string> check_consistency(DoctorReport& r, bool repair) {
     must_fail("lr_schedule", num(v->data, "peak", 1) == 0, "the learning rate it read is 0 at every step");
   }
   if (const VitalSign* v = r.find("batch_repeats"); v && !v->skipped && v->data.contains("distinct_batches")) {
-    must_fail("batch_repeats", num(v->data, "distinct_batches", 2) == 1 && num(v->data, "batches", 0) >= 8,
-              "every watched batch it hashed is the same one");
+    must_fail("batch_repeats", num(v->data, "distinct_batches", 2) == 1 && num(v->data, "batches", 0) >= 8 &&
+                                   v->data.value("heldout_larger_than_batch", false),
+              "every watched batch it hashed is the same one, and the held-out data is larger than that batch");
   }
   if (const VitalSign* v = r.find("applied_update"); v && !v->skipped && v->data.contains("steps_changed")) {
     must_fail("applied_update",

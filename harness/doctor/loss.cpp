@@ -276,4 +276,82 @@ VitalSign loss_domain(const Watched& w, const LossProbe& probe, bool classificat
   return v;
 }
 
+std::string output_range_miss(const torch::Tensor& out, const torch::Tensor& targets) {
+  if (!out.defined() || !targets.defined() || !out.is_floating_point() || !targets.is_floating_point() ||
+      out.sizes() != targets.sizes() || out.numel() == 0) {
+    return {};
+  }
+  torch::NoGradGuard no_grad;
+  const torch::Tensor o = out.detach().to(torch::kFloat64), y = targets.detach().to(out.device()).to(torch::kFloat64);
+  const double lo = o.min().item<double>(), hi = o.max().item<double>();
+  const double zeros = (o == 0).to(torch::kFloat64).mean().item<double>();
+  auto share = [&](const torch::Tensor& outside) { return outside.to(torch::kFloat64).mean().item<double>(); };
+  const std::string span = " (targets from " + fmt(y.min().item<double>()) + " to " + fmt(y.max().item<double>()) + ")";
+  if (lo >= 0 && zeros >= 0.1) {  // a rectifier's: exactly 0 beside positive values
+    const double negative = share(y < 0);
+    if (negative < 0.1) return {};
+    return "every output is at least 0 and " + fmt(100 * zeros) + "% are exactly 0 (a rectifier's range), but " +
+           fmt(100 * negative) + "% of the targets are negative" + span;
+  }
+  struct Range {
+    double lo, hi;
+    const char* what;
+  };
+  for (const Range r : {Range{0, 1, "(0, 1), a sigmoid's range"}, Range{-1, 1, "(-1, 1), a tanh's range"}}) {
+    if (lo < r.lo || hi > r.hi) continue;
+    const double outside = share((y < r.lo) | (y > r.hi));
+    if (outside < 0.1) return {};
+    return "every output lies in " + std::string(r.what) + ", but " + fmt(100 * outside) +
+           "% of the targets are outside it" + span;
+  }
+  return {};
+}
+
+std::string bounded_logits(Scenario& s, const torch::Tensor& out, const Batch& b) {
+  const torch::Tensor& y = b.targets;
+  if (!out.defined() || out.dim() != 2 || out.size(1) < 3 || !y.defined() || y.is_floating_point() || y.dim() != 1 ||
+      y.size(0) != out.size(0)) {
+    return {};
+  }
+  torch::NoGradGuard no_grad;
+  const torch::Tensor o = out.detach().to(torch::kFloat64);
+  if (o.min().item<double>() < 0 || o.max().item<double>() > 1) return {};
+  if ((o.sum(1) - 1).abs().max().item<double>() < 1e-3) return {};  // distributions: softmax twice, checked apart
+  const int64_t c = out.size(1);
+  if (y.min().item<int64_t>() < 0 || y.max().item<int64_t>() >= c) return {};
+  // The best outputs that range allows: 1 for the label, 0 for every other class.
+  const torch::Tensor best = torch::one_hot(y.to(out.device()), c).to(out.scalar_type());
+  const double floor = guarded("loss", [&] { return s.loss(best, y); }).item<double>();
+  if (!std::isfinite(floor) || floor < 0.3) return {};
+  return "every output lies in (0, 1), a sigmoid's range, and the loss takes them as logits: at the best outputs "
+         "that range allows (1 for the label, 0 for the other " + std::to_string(c - 1) + " classes) it is still " +
+         fmt(floor) + ", so no prediction can become confident";
+}
+
+std::string log_probability_logits(Scenario& s, const torch::Tensor& out, const Batch& b) {
+  const torch::Tensor& y = b.targets;
+  if (!out.defined() || !out.is_floating_point() || out.numel() == 0 || !y.defined()) return {};
+  torch::NoGradGuard no_grad;
+  const torch::Tensor o = out.detach().to(torch::kFloat64);
+  if (o.max().item<double>() > 0) return {};
+  torch::Tensor best;  // 0 where the target is, far below 0 elsewhere
+  std::string where;
+  if (y.is_floating_point() && y.sizes() == out.sizes() && ((y == 0) | (y == 1)).all().item<bool>()) {
+    if (!(y == 1).any().item<bool>()) return {};
+    best = torch::where(y.to(out.device()) == 1, torch::zeros_like(out), torch::full_like(out, -30.0));
+    where = "0 for a target of 1, -30 for a target of 0";
+  } else if (out.dim() == 2 && class_ids(y) && y.size(0) == out.size(0) && y.min().item<int64_t>() >= 0 &&
+             y.max().item<int64_t>() < out.size(1)) {
+    best = torch::full_like(out, -30.0).scatter(1, y.to(out.device()).to(torch::kInt64).unsqueeze(1), 0.0);
+    where = "0 for the label, -30 for the other classes";
+  } else {
+    return {};
+  }
+  const double floor = guarded("loss", [&] { return s.loss(best, y); }).item<double>();
+  if (!std::isfinite(floor) || floor < 0.05) return {};  // a loss that takes log-probabilities reaches 0 there
+  return "every output is at most 0 (log-probabilities: a log-sigmoid's or log-softmax's range) and the loss takes "
+         "them as logits: at the best outputs that range allows (" + where + ") it is still " + fmt(floor) +
+         ", so a target of 1 can never be predicted above 0.5";
+}
+
 }  // namespace spikehunt::doctor_detail

@@ -1,11 +1,13 @@
 // doctor/optimizers.cpp — probes of who updates what: tensors an optimizer
-// holds that are not model()'s parameters (read before anything runs), and an
-// optimizer's own step count against the training steps taken.
+// holds that are not model()'s parameters (read before anything runs), every
+// trainable parameter held by an optimizer and changed by the watched run
+// (optimizer_coverage), and an optimizer's own step count against the
+// training steps taken.
 #include <map>
 #include <optional>
 #include <set>
 
-#include "harness/doctor/common.h"
+#include "harness/doctor/signs.h"
 #include "scenarios/optimizers.h"
 
 namespace spikehunt::doctor_detail {
@@ -85,6 +87,50 @@ VitalSign optimizer_steps(int64_t counted, const std::string& of, int64_t steps)
              "to one gradient",
          "call optimizer.step() once per update: a step inside an accumulation clause and another after it applies "
          "the same gradient twice");
+  }
+  return v;
+}
+
+// Measured over the watched run: a trainable parameter no declared optimizer
+// updates fails only when it also stayed at its initial value (something else,
+// e.g. a second optimizer stepped inside optimizer_step(), may move it: then it
+// is named as unmonitored); an optimized parameter that had gradients but
+// never changed fails too (the step is never applied).
+VitalSign optimizer_coverage(const Watched& w, size_t optimizers) {
+  VitalSign v = sign("optimizer_coverage");
+  std::vector<std::string> missing, moved_elsewhere, never_changed;
+  int64_t trainable = 0;
+  for (const Watched::Param& p : w.params) {
+    if (!p.trainable) continue;
+    ++trainable;
+    if (p.optimizer < 0) (p.changed ? moved_elsewhere : missing).push_back(p.name);
+    else if (p.had_grad && !p.changed) never_changed.push_back(p.name);
+  }
+  const bool measured = !w.records.empty() && w.verdict.outcome != Outcome::kCrashed;
+  v.data = {{"trainable", trainable}, {"not_optimized", missing}, {"changed_by_other_code", moved_elsewhere},
+            {"optimized_but_unchanged", never_changed}, {"steps", w.records.size()}};
+  v.evidence = std::to_string(trainable) + " trainable parameter tensor(s), " + std::to_string(optimizers) +
+               " optimizer(s)" + (measured ? ", compared before and after " + std::to_string(w.records.size()) + " steps" : "");
+  if (!moved_elsewhere.empty()) {
+    v.named = moved_elsewhere;
+    v.evidence += "; " + list(moved_elsewhere) + " changed though no declared optimizer holds them: something else "
+                  "updates them, so spikehunt neither monitors nor checkpoints their optimizer state (declare that "
+                  "optimizer in optimizers())";
+  }
+  if (!missing.empty()) {
+    v.named = missing;
+    v.evidence += "; no optimizer updates " + list(missing) + (measured ? ", and they did not change" : "");
+    fail(v, kRankCoverage, "no optimizer updates " + list(missing, 3) + ": they stay at their initial values",
+         "pass every parameter to an optimizer (model->parameters()), or freeze them on purpose with "
+         "requires_grad(false)");
+  } else if (measured && !never_changed.empty()) {
+    v.named = never_changed;
+    v.part = "step";
+    v.evidence += "; " + list(never_changed) + " had nonzero gradients but never changed";
+    fail(v, kRankCoverage,
+         "the optimizer never changes " + list(never_changed, 3) + " though they have gradients",
+         "the update is not applied: is optimizer.step() called (an overridden optimizer_step() that forgets it), "
+         "is the learning rate 0, or is the step undone afterwards?");
   }
   return v;
 }

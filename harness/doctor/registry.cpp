@@ -80,6 +80,7 @@ const std::vector<SignSpec>& registry() {
       {"input_scale", S::kFresh, {kRankBadInputValues, kRankInputScale}, 0, {},
        [](Context& c) { return input_scale(c.probe); }},
       {"target_leak", S::kFresh, {kRankTargetLeak}, 0, {}, [](Context& c) { return target_leak(*c.fresh, first(c)); }},
+      {"target_in_inputs", S::kFresh, {kRankTargetLeak}, 0, {}, [](Context& c) { return target_in_inputs(c.probe.batches); }},
       {"init_symmetry", S::kFresh, {kRankInitSymmetry}, 0, {}, [](Context& c) { return init_symmetry(*c.fresh); }},
       {"frozen_parameters", S::kFresh, {kRankCoverage}, 0, {}, [](Context& c) { return frozen_parameters(*c.fresh); }},
       {"batchnorm_batch_size", S::kFresh, {kRankBatchNormBatch}, 0, {},
@@ -123,7 +124,7 @@ const std::vector<SignSpec>& registry() {
       {"batch_composition", S::kWatched, {kRankBatchComposition}, 0, {},
        [](Context& c) { return batch_composition(c.watched->records, c.probe.classes); }},
       {"batch_repeats", S::kWatched, {kRankBatchComposition}, 0, {},
-       [](Context& c) { return batch_repeats(c.watched->records); }},
+       [](Context& c) { return batch_repeats(c.watched->records, c.probe); }},
       {"target_scale", S::kWatched, {kRankInputScale}, 0, {},
        [](Context& c) { return target_scale(first(c), c.first_out, c.watched->records, c.watched->verdict); }},
       {"input_dependence", S::kWatched, {kRankConstantOutput, kRankCollapse}, 0, {},
@@ -133,7 +134,7 @@ const std::vector<SignSpec>& registry() {
       {"optimizer_coverage", S::kWatched, {kRankCoverage}, 0, {},
        [](Context& c) { return optimizer_coverage(*c.watched, c.optimizers); }},
       {"heldout_inputs", S::kWatched, {kRankHeldoutInputs}, 0, {}, [](Context& c) { return heldout_inputs(c.probe); }},
-      {"heldout_overlap", S::kWatched, {kRankHeldoutInputs}, 0, {},
+      {"heldout_overlap", S::kWatched, {kRankHeldoutInputs, kRankInputScale}, 0, {},
        [](Context& c) { return heldout_overlap(c.probe.batches, c.probe.heldout, c.probe.has_heldout); }},
       {"optimizer_steps", S::kWatched, {kRankCoverage}, 0, {},
        [](Context& c) {
@@ -144,7 +145,7 @@ const std::vector<SignSpec>& registry() {
        [](Context& c) { return loss_domain(*c.watched, c.loss, classification(c)); }},
       {"loss_scale", S::kWatched, {kRankLossScale}, 0, {},
        [](Context& c) {
-         return loss_scale(c.scaling, first(c).inputs.size(0), c.watched->records, c.watched->verdict);
+         return loss_scale(c.scaling, first(c).inputs.size(0), c.watched->records, c.watched->verdict, c.reference);
        }},
       {"lr_schedule", S::kWatched, {kRankLrSchedule}, 0, {}, [](Context& c) { return lr_schedule(*c.watched); }},
       {"grad_accumulation", S::kWatched, {kRankGradAccumulation}, 0, {},
@@ -180,7 +181,7 @@ const std::vector<SignSpec>& registry() {
 std::string sign_part(const std::string& name) {
   static const std::map<std::string, std::string> kParts = {
       {"input_scale", "data"}, {"target_leak", "data"}, {"label_balance", "data"}, {"batch_composition", "data"},
-      {"batch_repeats", "data"}, {"label_pairing", "data"}, {"target_scale", "data"}, {"heldout_overlap", "data"},
+      {"batch_repeats", "data"}, {"target_in_inputs", "data"}, {"label_pairing", "data"}, {"target_scale", "data"}, {"heldout_overlap", "data"},
       {"heldout_inputs", "data"}, {"batchnorm_batch_size", "data"},
       {"init_symmetry", "init"}, {"init_scale", "init"},
       {"frozen_parameters", "model"}, {"batchnorm_momentum", "model"}, {"dropout_rate", "model"},

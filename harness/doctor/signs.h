@@ -194,6 +194,7 @@ std::vector<std::string> swap_parts(Swap s);  // the parts a swap replaces ("opt
 struct Trial {
   std::string swap;   // "" for the program as written, else swap_name()
   std::string what;   // what was put in place of the part, in words
+  std::string detail; // what in the program's part differs from the reference, measured ("" when not read)
   bool ran = false;
   std::string error;  // why it could not run
   int64_t steps = 0;
@@ -222,17 +223,19 @@ struct Experiments {
   std::vector<std::string> parts;    // the parts they replace (or {"evaluation"})
   std::string unmeasured;            // why nothing could be measured
   std::string program_optimizer;     // the program's optimizers and their settings ("SGD lr 0.9 momentum 0.01")
+  LossReference reference;           // the program's loss against the task's reference loss at step 0
   // One winning swap, a narrow one (not the optimizer or the model): the part is named strongly.
   bool strong() const {
     return winners.size() == 1 && winners[0] != "optimizer" && winners[0] != "model";
   }
 };
-Experiments run_experiments(const ScenarioFactory& make, const Probe& p, const Watched& w, int64_t steps);
+Experiments run_experiments(const ScenarioFactory& make, const Probe& p, const Watched& w, int64_t steps,
+                            const LossReference& reference);
 VitalSign faulty_part(const Experiments& e, int64_t steps);
 
 // ---- the signs, by file ----
 
-// doctor.cpp
+// inputs.cpp, optimizers.cpp, overfit.cpp, modes.cpp, run_doctor.cpp
 VitalSign code_error_sign(const TrainingError& e);
 VitalSign input_scale(const Probe& p);
 VitalSign optimizer_coverage(const Watched& w, size_t optimizers);
@@ -252,7 +255,7 @@ VitalSign loss_shapes(const torch::Tensor& out, const Batch& b, const LossProbe&
                       const std::map<std::string, int64_t>& warnings);
 LossProbe probe_loss(Scenario& s, const torch::Tensor& out, const Batch& b);
 VitalSign loss_domain(const Watched& w, const LossProbe& probe, bool classification);
-// doctor/run.cpp
+// outputs.cpp, run_signs.cpp, data.cpp (label_balance)
 VitalSign frozen_output(const Watched& w, const Probe& p);
 VitalSign gradient_flow(const Watched& w, const DoctorOptions& o, const GraphProbe& graph);
 VitalSign dead_units(const Watched& w);
@@ -289,6 +292,7 @@ struct Context {
   size_t optimizers = 0;      // declared by the fresh scenario
   torch::Tensor first_out;    // the fresh scenario's outputs on the fixed batch (kProbed on)
   double scaling = NAN;       // loss_batch_scaling
+  LossReference reference;    // compare_with_reference
   LossProbe loss;
   std::string bounded;        // bounded_logits
   std::string log_probs;      // log_probability_logits

@@ -11,4 +11,4 @@
 
 #include "spikehunt/scenario.h"
 
-#include "harness/doctor.h"
+#include "harness/doctor/doctor.h"

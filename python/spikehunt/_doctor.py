@@ -64,7 +64,8 @@ def _rms(values):
 def module_outputs(model, forward, inputs):
     """Runs forward(inputs) without gradients with a forward hook on every submodule of model (the
     root included, named "") and returns, in the order the modules finished, one tuple each:
-    (name, class, inputs finite, numel, non-finite count, rms, max |x|, input rms, fan-in, weight std)."""
+    (name, class, inputs finite, numel, non-finite count, rms, max |x|, input rms, fan-in, weight std, NaN count,
+    +Inf count, -Inf count)."""
     rows = []
 
     def hook(name):
@@ -80,7 +81,8 @@ def module_outputs(model, forward, inputs):
             rows.append((name, type(module).__name__, _finite(args), n, int(n - int(finite.sum())),
                          float(good.square().mean().sqrt()) if good.numel() else 0.0,
                          float(good.abs().max()) if good.numel() else 0.0, _rms(args), fan_in,
-                         float(module.weight.detach().double().std()) if fan_in else float("nan")))
+                         float(module.weight.detach().double().std()) if fan_in else float("nan"),
+                         int(torch.isnan(x).sum()), int(torch.isposinf(x).sum()), int(torch.isneginf(x).sum())))
         return record
 
     handles = [m.register_forward_hook(hook(name)) for name, m in model.named_modules()]
