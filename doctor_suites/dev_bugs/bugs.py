@@ -951,6 +951,169 @@ class BidirectionalLastStep(Case):
         self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.02)
 
 
+# ================================================================ batch 5
+# Written after batches 1 to 4 were improved on, before the doctor ran on these.
+
+class FlattenMixesSamples(FashionCase):
+    # A CNN's flatten written x.view(x.size(1), -1) (the channels where the batch size belongs): each "sample"
+    # fed to the classifier is a slice across several images (pytorch forum "view vs flatten" threads).
+    flat = False
+
+    def build(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Sequential(nn.Conv2d(1, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4))
+                self.fc = nn.Linear(64 * 7 * 7, 10)
+
+            def forward(self, x):
+                h = self.conv(x)  # (B, 64, 7, 7)
+                return self.fc(h.view(h.size(1), -1))  # should be h.view(h.size(0), -1)
+        return Net()
+
+
+class SoftmaxOnRegressionHead(Case):
+    # A regression head copied from a classifier, softmax included: the two outputs always sum to 1, while the
+    # targets (standardized brightness) do not (e.g. "my regression outputs sum to one" forum reports).
+    classes = 1
+
+    def __init__(self, config):
+        super().__init__(config)
+        x, _, xt, _ = fashion_normalized()
+        self.x, self.xt = x, xt
+        self.y, self.yt = HealthyHuberRegression.targets(x), HealthyHuberRegression.targets(xt)
+        self.net = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 2), nn.Softmax(dim=1))
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+    def loss(self, outputs, targets):
+        return F.mse_loss(outputs, targets)
+
+
+class ThresholdInForward(Case):
+    # A binary classifier that thresholds its own output inside forward() ((sigmoid(x) > 0.5).float(), written
+    # for the metrics and left in the training path): the comparison has no gradient, so nothing trains.
+    classes = 2
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.x, self.y, self.xt, self.yt = binary_fashion()
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mlp = MLP(out=1)
+
+            def forward(self, x):
+                return (torch.sigmoid(self.mlp(x)) > 0.5).float()
+        self.net = Net()
+        self.opt = sgd(self.net, config)
+
+    def loss(self, outputs, targets):
+        return F.binary_cross_entropy(outputs.clamp(1e-6, 1 - 1e-6).requires_grad_(), targets)
+
+
+class CausalMaskOnQueryAxis(TextCase):
+    # A causal mask of shape (T, 1) where (1, T) was meant (or the mask indexed by the query instead of the
+    # key): it hides whole query rows early in the sequence and hides no key, so each position still sees the
+    # tokens after it.
+    def __init__(self, config):
+        super().__init__(config)
+        from cases import TinyGPT
+
+        class QueryMaskAttention(nn.Module):
+            def __init__(self, d, block):
+                super().__init__()
+                self.qkv = nn.Linear(d, 3 * d)
+                self.proj = nn.Linear(d, d)
+                self.register_buffer("first", (torch.arange(block) < 1).view(1, block, 1))  # masks query rows
+
+            def forward(self, x):
+                b, t, d = x.shape
+                q, k, v = self.qkv(x).split(d, dim=2)
+                att = (q @ k.transpose(1, 2)) / math.sqrt(d)
+                att = att.masked_fill(self.first[:, :t, :], -1e4).softmax(dim=-1)
+                return self.proj(att @ v)
+        self.net = TinyGPT(QueryMaskAttention(32, self.block))
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
+
+
+class DropoutPAsPercent(FashionCase):
+    # A dropout rate given in percent, nn.Dropout(50) for 50%: PyTorch refuses it ("dropout probability has to
+    # be between 0 and 1, but got 50").
+    def build(self):
+        return MLP(dropout=50)
+
+
+class ChannelsLastIntoConv(FashionCase):
+    # Images kept channels-last, (batch, 28, 28, 1), as PIL/NumPy/TensorFlow give them, fed to a Conv2d that
+    # takes (batch, channels, height, width): it reads 28 channels where it expects 1.
+    flat = False
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.x, self.xt = self.x.permute(0, 2, 3, 1), self.xt.permute(0, 2, 3, 1)
+
+    def build(self):
+        return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4), nn.Flatten(),
+                             nn.Linear(16 * 7 * 7, 10))
+
+
+class Momentum0999(FashionCase):
+    # SGD with momentum 0.999 (Adam's beta2 carried over, or 0.9 with a 9 too many): the buffer averages a
+    # thousand steps and the effective step is lr / (1 - momentum) = 1000 x lr, which overshoots and oscillates.
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=config.optimizer.lr, momentum=0.999)
+
+
+class BceArgumentsSwapped(Case):
+    # F.binary_cross_entropy(target, prediction): the arguments in the other order (scikit-learn's
+    # log_loss(y_true, y_pred) habit); the prediction reaches the loss as the target, which autograd cannot
+    # differentiate ("the derivative for 'target' is not implemented").
+    classes = 2
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.x, self.y, self.xt, self.yt = binary_fashion()
+        self.net = nn.Sequential(MLP(out=1), nn.Sigmoid())
+        self.opt = sgd(self.net, config)
+
+    def loss(self, outputs, targets):
+        return F.binary_cross_entropy(targets, outputs)
+
+
+class ParamInTwoGroups(FashionCase):
+    # Parameter groups built from overlapping filters (all parameters with a higher lr for the head, and the
+    # head again in its own group): torch.optim refuses "some parameters appear in more than one parameter
+    # group".
+    def __init__(self, config):
+        super().__init__(config)
+        self.opt = torch.optim.SGD([{"params": list(self.net.parameters())},
+                                    {"params": list(self.net.fc2.parameters()), "lr": 0.1}], lr=config.optimizer.lr)
+
+
+class LossOnWrongHead(FashionCase):
+    # A model with a main head and an auxiliary head whose loss is computed on the auxiliary output while
+    # forward() returns (and evaluation reads) the main one: the main head is never trained.
+    def build(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Sequential(nn.Linear(784, 64), nn.ReLU())
+                self.head = nn.Linear(64, 10)
+                self.aux_head = nn.Linear(64, 10)
+                self.aux = None
+
+            def forward(self, x):
+                h = self.body(x)
+                self.aux = self.aux_head(h)
+                return self.head(h)
+        return Net()
+
+    def loss(self, outputs, targets):
+        return F.cross_entropy(self.net.aux, targets)  # should be outputs
+
+
 # ================================================================ healthy programs
 
 class HealthyPaddedTransformerEncoder(Case):
@@ -1298,6 +1461,17 @@ BUGS = {
     "auxiliary_loss_weight_typo": AuxiliaryLossWeightTypo,
     "learning_rate_tiny": LearningRateTiny,
     "bidirectional_last_step": BidirectionalLastStep,
+    # batch 5
+    "flatten_mixes_samples": FlattenMixesSamples,
+    "softmax_on_regression_head": SoftmaxOnRegressionHead,
+    "threshold_in_forward": ThresholdInForward,
+    "causal_mask_on_query_axis": CausalMaskOnQueryAxis,
+    "dropout_p_as_percent": DropoutPAsPercent,
+    "channels_last_into_conv": ChannelsLastIntoConv,
+    "momentum_0999": Momentum0999,
+    "bce_arguments_swapped": BceArgumentsSwapped,
+    "param_in_two_groups": ParamInTwoGroups,
+    "loss_on_wrong_head": LossOnWrongHead,
 }
 HEALTHY = {
     "healthy_padded_transformer_encoder": HealthyPaddedTransformerEncoder,

@@ -63,6 +63,17 @@ EXPECTED = {
     "auxiliary_loss_weight_typo": ("loss", r"(auxiliary|extra|regulari[sz]|second|additional) (loss|term)|loss[^.;]*(term|weight|dominat)"),
     "learning_rate_tiny": ("optimizer", r"learning rate[^.;]*(small|tiny|1e-06|1\.00e-06)|\blr\b[^.;]*1(\.00)?e-0?6"),
     "bidirectional_last_step": ("model", r"backward (direction|half)|bidirectional|last (time ?)?step"),
+    # ---- batch 5 (10 cases), committed after batches 1 to 4 were improved on, before the doctor's first run on them
+    "flatten_mixes_samples": ("model", r"other samples of its batch|mix|batch dimension|\bview\b|reshape|flatten"),
+    "softmax_on_regression_head": ("model", r"range|softmax|sum to 1|outside"),
+    "threshold_in_forward": ("model", r"no gradient reaches|non-differentiable|threshold|round|does not depend on"),
+    "causal_mask_on_query_axis": ("model", r"later positions|future|causal|mask"),
+    "dropout_p_as_percent": ("model", r"dropout probability|between 0 and 1|percent"),
+    "channels_last_into_conv": ("data", r"channels?|permute|NCHW|expected input"),
+    "momentum_0999": ("optimizer", r"momentum|learning rate"),
+    "bce_arguments_swapped": ("loss", r"target|argument|order|derivative"),
+    "param_in_two_groups": ("optimizer", r"more than one parameter group|appear in more than one|two groups"),
+    "loss_on_wrong_head": ("loss", r"head|no gradient reaches|(never|not) train|does not depend on"),
 }
 
 # Healthy programs, each at seeds 0 and 1 and the config's learning rate: any failed sign is a false alarm.
