@@ -55,18 +55,20 @@ std::string doctor_header(const std::string& title, const TrainingConfig& c, con
 }
 
 // `doctor --signs`: the registry, one sign a line (or a JSON array): its
-// ranks and, for a consequence, the signs of the causes it names.
+// ranks, the part of the program it concerns and, for a consequence, the
+// signs of the causes it names.
 int list_signs(bool as_json) {
   nlohmann::json all = nlohmann::json::array();
   for (const SignInfo& s : doctor_signs()) {
     if (as_json) {
-      all.push_back({{"name", s.name}, {"ranks", s.ranks}, {"consequence_rank", s.consequence_rank},
+      all.push_back({{"name", s.name}, {"part", s.part}, {"ranks", s.ranks}, {"consequence_rank", s.consequence_rank},
                      {"causes", s.causes}});
       continue;
     }
     std::string ranks;
     for (int r : s.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-    std::string line = s.name + std::string(s.name.size() < 24 ? 24 - s.name.size() : 1, ' ') + "rank " + ranks;
+    std::string line = s.name + std::string(s.name.size() < 24 ? 24 - s.name.size() : 1, ' ') + "rank " + ranks +
+                       (s.part.empty() ? "" : "; part " + s.part);
     if (s.consequence_rank != 0) {
       std::string causes;
       for (const std::string& c : s.causes) causes += (causes.empty() ? "" : ", ") + c;

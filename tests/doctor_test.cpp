@@ -247,6 +247,10 @@ class Tiny : public Scenario {
       out_->weight.mul_(0.01);
     }
     if (kind_ == "mse_column") y_ = x_.sum(1) / 4;  // a regression target of shape (8) against outputs (8, 1)
+    if (kind_ == "zero_init") {  // every weight and bias 0: no unit fires, nothing below the head trains
+      torch::NoGradGuard no_grad;
+      for (auto& p : net_->parameters()) p.zero_();
+    }
   }
   torch::nn::Module& model() override { return *net_; }
   torch::optim::Optimizer& optimizer() override { return *optimizer_; }
@@ -271,6 +275,8 @@ class Tiny : public Scenario {
     return Scenario::loss(outputs, targets);
   }
   void optimizer_step() override {
+    if (kind_ == "zero_grad_in_step") optimizer_->zero_grad();  // between backward and step
+    if (kind_ == "noop_step") return;                           // the update never applied
     Scenario::optimizer_step();
     if (head_) head_->step();
   }
@@ -313,16 +319,21 @@ DoctorReport tiny(const std::string& kind, int64_t outputs = 4) {
 TEST(DoctorRegistry, TheDocsTableListsEverySignWithItsRanks) {
   std::ifstream in(testing::source_path("docs/doctor.md"));
   ASSERT_TRUE(in) << "docs/doctor.md";
-  std::map<std::string, std::string> table;  // sign -> its rank column
+  std::map<std::string, std::string> table, parts;  // sign -> its rank column, its part column
   std::string line;
   bool inside = false;
   while (std::getline(in, line)) {
-    if (line.rfind("| sign | fails when | rank |", 0) == 0) inside = true;
+    if (line.rfind("| sign | part | fails when | rank |", 0) == 0) inside = true;
     else if (inside && line.rfind("| `", 0) != 0 && line.rfind("| ---", 0) != 0) break;
     else if (inside && line.rfind("| `", 0) == 0) {
       const size_t end = line.find('`', 3);
       const std::string name = line.substr(3, end - 3);
       EXPECT_EQ(table.count(name), 0u) << name << " is in the table twice";
+      const size_t part_from = line.find('|', end) + 1, part_to = line.find('|', part_from);
+      std::string part = line.substr(part_from, part_to - part_from);
+      part.erase(0, part.find_first_not_of(' '));
+      part.erase(part.find_last_not_of(' ') + 1);
+      parts[name] = part == "-" ? "" : part;
       const size_t bar = line.rfind('|', line.size() - 2);
       std::string ranks = line.substr(bar + 1, line.size() - bar - 2);
       ranks.erase(0, ranks.find_first_not_of(' '));
@@ -339,6 +350,7 @@ TEST(DoctorRegistry, TheDocsTableListsEverySignWithItsRanks) {
     for (int r : sorted) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
     ASSERT_TRUE(table.count(s.name)) << s.name << " is not in docs/doctor.md's table";
     EXPECT_EQ(table[s.name], ranks) << s.name;
+    EXPECT_EQ(parts[s.name], s.part) << s.name;
   }
   // A consequence names only signs the registry has, each a cause ranked above it or another consequence.
   for (const SignInfo& s : all) {
@@ -581,6 +593,110 @@ TEST(DoctorUserCode, ExplainsCommonLibTorchErrors) {
                 .find("the loss is not one number: reduce it"),
             std::string::npos);
   EXPECT_EQ(explain_error("forward", "something nobody has seen", c), "");
+}
+
+
+// ---- the references, the update, the experiments, the consistency pass (issue 53) ----
+
+TEST(DoctorReferences, SkillIsZeroAtChanceOneWhenPerfectAndBelowZeroWhenInverted) {
+  using doctor_detail::task_skill;
+  const torch::Tensor labels = torch::tensor({0, 1, 2, 3, 0, 1, 2, 3}, torch::kInt64);
+  const torch::Tensor perfect = torch::one_hot(labels, 4).to(torch::kFloat32);
+  EXPECT_NEAR(task_skill(perfect, labels).value, 1.0, 1e-9);
+  EXPECT_EQ(task_skill(perfect, labels).metric, "accuracy");
+  const torch::Tensor constant = torch::zeros({8, 4}).index_put_({torch::indexing::Slice(), 0}, 1.0);
+  EXPECT_NEAR(task_skill(constant, labels).value, 0.0, 1e-9) << "always the majority's share (ties: class 0)";
+  const torch::Tensor y = torch::tensor({0.0, 1.0, 0.0, 1.0}).unsqueeze(1);
+  const torch::Tensor ranked = torch::tensor({-2.0, 3.0, -1.0, 1.0}).unsqueeze(1);
+  EXPECT_NEAR(task_skill(ranked, y).value, 1.0, 1e-9);
+  EXPECT_EQ(task_skill(ranked, y).metric, "AUC");
+  EXPECT_NEAR(task_skill(-ranked, y).value, -1.0, 1e-9) << "every positive ranked below every negative";
+  const torch::Tensor real = torch::tensor({0.5, -1.0, 2.0, 0.1}).unsqueeze(1);
+  EXPECT_NEAR(task_skill(3 * real + 1, real).value, 1.0, 1e-9) << "any scale: the correlation";
+  EXPECT_TRUE(std::isnan(task_skill(torch::zeros({4, 3}), torch::zeros({4, 2})).value)) << "no task of these shapes";
+}
+
+TEST(DoctorReferences, TheReferenceLossFollowsTheOutputsAndTargets) {
+  using doctor_detail::reference_loss_name;
+  EXPECT_EQ(reference_loss_name(torch::zeros({8, 4}), torch::zeros({8}, torch::kInt64)), "cross-entropy");
+  EXPECT_EQ(reference_loss_name(torch::zeros({8, 5, 4}), torch::zeros({8, 5}, torch::kInt64)), "cross-entropy");
+  EXPECT_EQ(reference_loss_name(torch::zeros({8, 1}), torch::ones({8, 1})), "binary cross-entropy on the logits");
+  EXPECT_EQ(reference_loss_name(torch::zeros({8, 2}), torch::randn({8, 2})), "mean squared error");
+  EXPECT_EQ(reference_loss_name(torch::zeros({8, 3}), torch::randn({8, 2})), "");
+  const torch::Tensor logits = torch::randn({8, 4});
+  const torch::Tensor labels = torch::tensor({0, 1, 2, 3, 0, 1, 2, 3}, torch::kInt64);
+  EXPECT_NEAR(doctor_detail::reference_loss(logits, labels).item<double>(),
+              torch::nn::functional::cross_entropy(logits, labels).item<double>(), 1e-6);
+}
+
+TEST(DoctorUpdate, AGradientClearedBeforeTheStepIsReadWhereTheOptimizerSteps) {
+  const DoctorReport r = tiny("zero_grad_in_step");
+  const VitalSign& update = sign(r, "applied_update");
+  ASSERT_FALSE(update.passed) << doctor_text(r);
+  EXPECT_NE(update.cause.find("the gradient is cleared between backward and the optimizer's step"), std::string::npos)
+      << update.cause;
+  EXPECT_EQ(update.part, "step");
+  EXPECT_EQ(top(r), "applied_update") << doctor_text(r);
+  EXPECT_TRUE(r.contradictions.empty()) << r.contradictions.front();
+}
+
+TEST(DoctorUpdate, AnUpdateNeverAppliedIsNamedByCoverageAndTheUpdateBoth) {
+  const DoctorReport r = tiny("noop_step");
+  EXPECT_EQ(top(r), "optimizer_coverage") << doctor_text(r);
+  const VitalSign& update = sign(r, "applied_update");
+  ASSERT_FALSE(update.passed) << doctor_text(r);
+  EXPECT_NE(update.cause.find("the gradient was still there after optimizer_step()"), std::string::npos) << update.cause;
+  EXPECT_TRUE(r.contradictions.empty()) << r.contradictions.front();
+}
+
+TEST(DoctorExperiments, TheInitSwapNamesAZeroInitializationAndSaysWhatDiffers) {
+  const DoctorReport r = tiny("zero_init");
+  const VitalSign& part = sign(r, "faulty_part");
+  ASSERT_FALSE(part.passed) << doctor_text(r);
+  EXPECT_EQ(part.data["winners"], nlohmann::json::array({"init"})) << part.data.dump();
+  EXPECT_EQ(part.part, "init");
+  EXPECT_NE(part.cause.find("the faulty part is the init"), std::string::npos) << part.cause;
+  EXPECT_NE(part.cause.find("fc1.weight std 0 (default"), std::string::npos) << part.cause;
+  // Every swap is in the report, with what it did.
+  std::vector<std::string> swaps;
+  for (const auto& t : part.data["trials"]) swaps.push_back(t["swap"]);
+  EXPECT_EQ(swaps, (std::vector<std::string>{"none", "data", "init", "loss", "step", "optimizer", "model"}));
+  EXPECT_TRUE(r.contradictions.empty()) << r.contradictions.front();
+}
+
+TEST(DoctorExperiments, AHealthyProgramPaysForNoSwap) {
+  const DoctorReport r = tiny("healthy");
+  const VitalSign& part = sign(r, "faulty_part");
+  EXPECT_TRUE(part.passed) << doctor_text(r);
+  EXPECT_EQ(part.data["trials"].size(), 1u) << "the program's own run only";
+  EXPECT_NE(part.evidence.find("it learns"), std::string::npos) << part.evidence;
+}
+
+TEST(DoctorConsistency, AClaimAMeasurementContradictsIsTakenOutAndNoted) {
+  DoctorReport r;
+  VitalSign flow = doctor_detail::sign("gradient_flow");
+  flow.data = {{"layers", {{"out", {{"rms_grad", 0.02}, {"peak_grad_norm", 0.1}}}}}};
+  VitalSign frozen = doctor_detail::sign("frozen_output");
+  doctor_detail::fail(frozen, 20, "the output is frozen: the loss stays at chance",
+                      "the output layer (out) gets no gradient; look for a detach()");
+  r.signs = {flow, frozen};
+  EXPECT_EQ(doctor_detail::check_consistency(r, /*repair=*/false).size(), 1u);
+  doctor_detail::check_consistency(r, /*repair=*/true);
+  EXPECT_EQ(r.signs[1].hint.find("gets no gradient"), std::string::npos) << r.signs[1].hint;
+  EXPECT_NE(r.signs[1].hint.find("look for a detach()"), std::string::npos) << r.signs[1].hint;
+  ASSERT_EQ(r.corrections.size(), 1u);
+  EXPECT_EQ(r.corrections[0]["sign"], "frozen_output");
+  EXPECT_TRUE(doctor_detail::check_consistency(r, /*repair=*/false).empty());
+}
+
+TEST(DoctorConsistency, ASignWhoseEvidenceMeetsItsOwnFailureConditionMustFail) {
+  DoctorReport r;
+  VitalSign lr = doctor_detail::sign("lr_schedule");
+  lr.data = {{"peak", 0.0}};
+  r.signs = {lr};
+  const std::vector<std::string> found = doctor_detail::check_consistency(r, /*repair=*/false);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_NE(found[0].find("lr_schedule passed though the learning rate it read is 0"), std::string::npos) << found[0];
 }
 
 }  // namespace

@@ -64,6 +64,8 @@ inline constexpr int kRankUpdateCleared = 11;
 // outputs included, follows from it).
 inline constexpr int kRankChangedOutside = 8;
 inline constexpr int kRankUpdateScale = 20;
+// ... and no change at all with the gradient still there: optimizer_coverage's fact (rank 12), just below it.
+inline constexpr int kRankUpdateNotApplied = 13;
 // The experiments' finding when the swap that made the program learn is a broad one (the optimizer, or the
 // model with its optimizer): an optimizer that normalizes its steps also works around faults of other parts
 // (a scale, a dead output unit), so every sign that found a cause ranks above it, every consequence below.

@@ -115,6 +115,7 @@ using ScenarioFactory = std::function<std::unique_ptr<Scenario>()>;
 // consequence, the rank at which it does and the signs of the causes it names.
 struct SignInfo {
   std::string name;
+  std::string part;  // the part of the program it concerns by default ("" for a sign of consequences)
   std::vector<int> ranks;
   int consequence_rank = 0;         // 0: a cause at every rank
   std::vector<std::string> causes;  // a consequence's: failed ones are named, passed ones ruled out

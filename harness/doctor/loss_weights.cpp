@@ -186,9 +186,11 @@ VitalSign class_weights(Scenario& s, const std::vector<Batch>& batches) {
   const torch::Tensor labels = y.to(torch::kCPU).to(torch::kInt64);
   const torch::Tensor reference = torch::nn::functional::cross_entropy(
       out.to(torch::kCPU).to(torch::kFloat64), labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  // Each part through forward and loss as the code runs them (a scenario's loss may read its forward's batch).
   auto loss_of = [&](std::vector<int64_t> rows) {
     const torch::Tensor idx = torch::tensor(rows, torch::kInt64);
-    const torch::Tensor o = out.index_select(0, idx.to(out.device()));
+    const torch::Tensor x = b.inputs.index_select(0, idx.to(b.inputs.device()));
+    const torch::Tensor o = guarded("forward", [&] { return s.forward(x, Tap()); }).detach();
     return guarded("loss", [&] { return s.loss(o, y.index_select(0, idx.to(y.device()))); }).item<double>();
   };
   const int64_t* lab = labels.data_ptr<int64_t>();

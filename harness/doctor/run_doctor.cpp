@@ -172,6 +172,7 @@ std::vector<SignInfo> doctor_signs() {
   for (const doctor_detail::SignSpec& s : doctor_detail::registry()) {
     SignInfo i;
     i.name = s.name;
+    i.part = sign_part(s.name);
     i.ranks = s.ranks;
     if (s.consequence_rank != 0) {
       i.consequence_rank = s.consequence_rank;

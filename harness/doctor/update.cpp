@@ -306,6 +306,20 @@ VitalSign applied_update(const UpdateRead& u, const Watched& w) {
          "call optimizer.zero_grad() before backward() (or after step()), never between backward() and step()");
     return v;
   }
+  if (u.changed == 0 && u.with_gradient > 0 && u.lr_peak > 0) {
+    // The same fact optimizer_coverage states per parameter ("never changes ... though they have gradients"),
+    // ranked just below it.
+    v.part = "step";
+    v.named = {"optimizer_step"};
+    fail(v, kRankUpdateNotApplied,
+         "the update is not applied: in " + std::to_string(u.with_gradient) + " of " + n + " steps backward gave the "
+             "parameters a gradient and the learning rate was " + fmt(u.lr_peak) + ", yet no trainable parameter "
+             "changed, and the gradient was still there after optimizer_step()",
+         "optimizer_step() must change the parameters in place: call optimizer.step(), or write a hand-written "
+         "update into the tensor (p.add_(...) under torch.no_grad(), not p = p - lr * p.grad, which makes a new "
+         "tensor)");
+    return v;
+  }
   if (u.as_without_gradient * 2 > std::max<int64_t>(u.rule_checked, 1) && u.rule_checked >= 3) {
     v.part = "step";
     v.named = {"optimizer_step"};

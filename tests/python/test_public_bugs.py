@@ -31,6 +31,7 @@ def test_the_top_cause_is_the_reported_bug(bugs, case):
     r = rows[case]
     assert r["detected"], r
     assert r["top"] == sign and phrase in r["cause"], r
+    assert not r["contradictions"], r
 
 
 def test_the_suite_reports_as_the_anchors_do(bugs):
@@ -49,4 +50,5 @@ def test_no_sign_fires_on_the_healthy_programs_across_seeds_and_learning_rates(t
     assert len(rows["healthy"]) == 7 * 3 * 3, text
     alarms = [(r["case"], r["seed"], r["lr"], r["alarms"]) for r in rows["healthy"] if r["alarms"]]
     assert not alarms, text
+    assert all(not r["contradictions"] for r in rows["healthy"])
     assert rc == 0 and "false alarms 0" in text, text

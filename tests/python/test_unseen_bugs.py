@@ -38,6 +38,7 @@ def test_the_top_cause_is_the_reported_bug(bugs, case):
     r = rows[case]
     assert r["detected"], r
     assert r["top"] == sign and phrase in r["cause"], r
+    assert not r["contradictions"], r
 
 
 def test_each_cause_says_what_its_probe_measured(bugs):
@@ -86,28 +87,5 @@ def test_no_sign_fires_on_the_healthy_programs_across_seeds_and_learning_rates(t
     assert len(rows["healthy"]) == 10 * 3 * 3, text
     alarms = [(r["case"], r["seed"], r["lr"], r["alarms"]) for r in rows["healthy"] if r["alarms"]]
     assert not alarms, text
+    assert all(not r["contradictions"] for r in rows["healthy"])
     assert rc == 0 and "false alarms 0" in text, text
-
-
-def test_every_sign_of_the_registry_is_some_cases_diagnosis_or_pinned_by_a_test():
-    """The registry (`doctor --signs`) walked: each sign is the expected top cause of a case of one of
-    the two suites, or a C++ doctor test asserts it by name; a consequence's causes are signs."""
-    import importlib.util
-    import json
-
-    from conftest import spikehunt
-    rc, out, err = spikehunt("doctor", "--signs", "--json")
-    assert rc == 0, out + err
-    signs = json.loads(out)
-    names = {s["name"] for s in signs}
-    assert len(names) == len(signs) >= 36
-    spec = importlib.util.spec_from_file_location("public_suite", os.path.join(SOURCE, "doctor_suites", "public_bugs", "suite.py"))
-    public = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(public)
-    diagnosed = {sign for _, sign, _ in EXPECTED.values()} | {sign for _, sign, _ in public.EXPECTED.values()}
-    with open(os.path.join(SOURCE, "tests", "doctor_test.cpp")) as f:
-        pinned = f.read()
-    for s in signs:
-        assert s["name"] in diagnosed or '"%s"' % s["name"] in pinned, s["name"]
-        assert set(s["causes"]) <= names, s
-        assert (s["consequence_rank"] == 0) == (not s["causes"]), s
