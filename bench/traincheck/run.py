@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""TrainCheck beside the doctor on one of its suites (doctor_suites/unseen_bugs, or --suite public).
+"""TrainCheck beside the doctor on one of its suites (doctor_suites/unseen_bugs, or --suite public or dev).
 
 TrainCheck infers invariants from traces of healthy runs and reports the ones a run violates. Here:
 its invariants are inferred from four of the unseen suite's healthy programs at seed 0 (`--infer-from`,
@@ -98,18 +98,24 @@ def load_suite(which):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--suite", choices=["unseen", "public"], default="unseen")
+    ap.add_argument("--suite", choices=["unseen", "public", "dev"], default="unseen")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--infer-seed", type=int, default=0)
     # TrainCheck 0.2.0's inference over the traces of all ten healthy programs stops on its own assertion
     # ("_pruned_clauses must be provided if pruning process are to skipped"); over these four it runs.
-    ap.add_argument("--infer-from", nargs="*", default=["healthy_bn_dropout_cnn", "healthy_lstm",
-                                                        "healthy_zero_init_head", "healthy_label_smoothing_cnn"])
+    ap.add_argument("--infer-from", nargs="*", help="the healthy programs to infer from (default: four of the "
+                    "suite's: for unseen and public, a CNN with BatchNorm and Dropout, an LSTM, an MLP with a "
+                    "zero-initialized head, a CNN with label smoothing; for dev, its deep MLP, multi-label "
+                    "classifier, bf16-autocast CNN and 1-D convolution text classifier)")
     ap.add_argument("--check-seed", type=int, default=1)
     ap.add_argument("--doctor", help="the doctor's rows: doctor_suites/<suite>_bugs/suite.py --json FILE")
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--json", help="write the rows here")
     a = ap.parse_args()
+    if not a.infer_from:
+        a.infer_from = (["healthy_deep_mlp_kaiming", "healthy_multi_label", "healthy_bf16_autocast_cnn",
+                         "healthy_conv_text_classifier"] if a.suite == "dev" else
+                        ["healthy_bn_dropout_cnn", "healthy_lstm", "healthy_zero_init_head", "healthy_label_smoothing_cnn"])
     expected, healthy = load_suite(a.suite)
     doctor = {}
     if a.doctor:

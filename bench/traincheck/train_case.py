@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One case of the doctor's suites (doctor_suites/public_bugs, doctor_suites/unseen_bugs) as a plain PyTorch
+"""One case of the doctor's suites (doctor_suites/public_bugs, unseen_bugs, dev_bugs) as a plain PyTorch
 training script, for TrainCheck (PyPI `traincheck`, OSDI '25) to instrument: the case's own model,
 optimizer, data, forward, loss and optimizer step, with no spikehunt in the loop. The variable
 `model` is the model TrainCheck tracks; stages and steps are annotated as in its examples.
@@ -23,6 +23,16 @@ from traincheck.instrumentor import META_VARS  # noqa: E402
 import bugs  # noqa: E402  (the unseen suite; it imports the public suite's cases)
 import cases  # noqa: E402
 
+
+def _development_suite():
+    """doctor_suites/dev_bugs/bugs.py, loaded under its own name (the unseen suite's file is bugs.py too)."""
+    import importlib.util
+    path = os.path.join(ROOT, "doctor_suites", "dev_bugs", "bugs.py")
+    spec = importlib.util.spec_from_file_location("dev_bugs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 META_VARS["step"] = -1
 
 
@@ -32,7 +42,8 @@ def main():
     steps = int(os.environ.get("SPIKEHUNT_STEPS", "40"))
     lr = float(os.environ.get("SPIKEHUNT_LR", "0.05"))
     seed = int(os.environ.get("SPIKEHUNT_SEED", "0"))
-    known = {**cases.BUGS, **cases.HEALTHY, **bugs.BUGS, **bugs.HEALTHY}
+    dev = _development_suite()
+    known = {**cases.BUGS, **cases.HEALTHY, **bugs.BUGS, **bugs.HEALTHY, **dev.BUGS, **dev.HEALTHY}
     torch.manual_seed(seed)
     config = types.SimpleNamespace(seed=seed, batch_size=64, threads=1,
                                    optimizer=types.SimpleNamespace(kind="sgd", lr=lr, momentum=0.9))

@@ -306,19 +306,26 @@ class InvertedCausalMask(TextCase):
         self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
 
 
-class InvertedMaskAttention(nn.Module):
-    def __init__(self, d, block):
+class MaskedAttention(nn.Module):
+    """Single-head self-attention whose scores go through `mask(scores, tril)` before the softmax (tril: the
+    causal mask's ones, (1, block, block)); the cases below plant their bug in that function."""
+
+    def __init__(self, d, block, mask):
         super().__init__()
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
-        self.register_buffer("mask", torch.tril(torch.ones(block, block)).view(1, block, block))
+        self.mask = mask
+        self.register_buffer("tril", torch.tril(torch.ones(block, block)).view(1, block, block))
 
     def forward(self, x):
         b, t, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)
-        att = (q @ k.transpose(1, 2)) / math.sqrt(d)
-        att = att.masked_fill(self.mask[:, :t, :t] == 1, float("-inf")).softmax(dim=-1)
-        return self.proj(att @ v)
+        att = self.mask((q @ k.transpose(1, 2)) / math.sqrt(d), self.tril[:, :t, :t])
+        return self.proj(att.softmax(dim=-1) @ v)
+
+
+def InvertedMaskAttention(d, block):
+    return MaskedAttention(d, block, lambda att, tril: att.masked_fill(tril == 1, float("-inf")))
 
 
 class AdditiveBooleanMask(TextCase):
@@ -333,18 +340,8 @@ class AdditiveBooleanMask(TextCase):
         self.opt = torch.optim.AdamW(self.net.parameters(), lr=config.optimizer.lr * 0.02)
 
 
-class AdditiveMaskAttention(nn.Module):
-    def __init__(self, d, block):
-        super().__init__()
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.register_buffer("mask", torch.tril(torch.ones(block, block)).view(1, block, block))
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=2)
-        att = (q @ k.transpose(1, 2)) / math.sqrt(d) + self.mask[:, :t, :t]
-        return self.proj(att.softmax(dim=-1) @ v)
+def AdditiveMaskAttention(d, block):
+    return MaskedAttention(d, block, lambda att, tril: att + tril)
 
 
 class ViewInsteadOfTranspose(Case):

@@ -54,7 +54,7 @@ TEST_P(PlantedBug, TopRankedCauseIsTheExpectedSign) {
 
 INSTANTIATE_TEST_SUITE_P(
     Fashion, PlantedBug,
-    ::testing::Values(Case{"lr_units", "non_finite_source", "float32 overflow"},
+    ::testing::Values(Case{"lr_units", "faulty_part", "the optimizer's learning rate"},
                       Case{"raw_pixels", "input_scale", "not normalized"},
                       Case{"softmax_twice", "loss_output_mismatch", "softmax is applied twice"},
                       Case{"softmax_in_loss", "loss_output_mismatch", "the loss takes a softmax"},

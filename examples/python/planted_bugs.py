@@ -56,7 +56,8 @@ class Planted(spikehunt.Scenario):
         self.bug = config.params["bug"]
         self.net = Net(self.bug)
         params = self.net.out.parameters() if self.bug == "partial_optimizer" else self.net.parameters()
-        self.opt = torch.optim.SGD(params, lr=config.optimizer.lr, momentum=config.optimizer.momentum)
+        self.opt = torch.optim.SGD(params, lr=config.optimizer.lr, momentum=config.optimizer.momentum,
+                                   weight_decay=config.optimizer.weight_decay)
         self.criterion = nn.CrossEntropyLoss()
         self.generator = torch.Generator().manual_seed(config.seed)
         self.steps = config.max_batches_per_epoch or 60

@@ -31,7 +31,9 @@ bool failing(const Trial& b) {
   if (!std::isfinite(b.skill_end)) return false;
   if (b.skill_end <= -0.2) return true;  // it learns the opposite
   if (b.extreme) return true;  // the monitor flagged a step: what does a swap do to it?
-  if (std::isfinite(b.skill_start) && b.skill_end < b.skill_start - 0.2) return true;  // it unlearns what it could
+  // It unlearns what it could, its own loss rising with it (a loss that falls while the held-out skill drops
+  // optimizes something the task's skill does not measure: a framework's labels shifted inside its loss).
+  if (std::isfinite(b.skill_start) && b.skill_end < b.skill_start - 0.2 && !b.loss_falling()) return true;
   return b.skill_end < 0.2 && b.skill_end - (std::isfinite(b.skill_start) ? b.skill_start : 0) < 0.1 && !b.loss_falling();
 }
 
@@ -94,6 +96,11 @@ Experiments run_experiments(const ScenarioFactory& make, const Probe& p, const W
   for (Swap s : {Swap::kData, Swap::kInit, Swap::kLoss, Swap::kLrDown, Swap::kStep, Swap::kOptimizer, Swap::kModel}) {
     if (s == Swap::kLrDown && b.finite && !b.extreme) continue;  // for a run that blew up or went extreme
     e.swaps.push_back(run_trial(make, s, p, std::max<int64_t>(b.steps, steps)));
+    // A learning rate off by orders of magnitude (in the wrong units): a hundredth, then a thousandth.
+    for (double factor : {0.01, 0.001}) {
+      if (s != Swap::kLrDown || e.swaps.back().learned() || e.swaps.back().finite) break;
+      e.swaps.back() = run_trial(make, s, p, std::max<int64_t>(b.steps, steps), factor);
+    }
   }
   // The winning swaps, then the smallest of them: none whose parts hold another winner's.
   std::vector<const Trial*> winners;

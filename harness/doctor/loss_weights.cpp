@@ -107,6 +107,14 @@ VitalSign loss_scale(double scaling, int64_t n, const std::vector<StepRecord>& r
   return v;
 }
 
+// The loss of some rows of a batch, each part through forward and loss as the code runs them (a scenario's
+// loss may read its forward's batch).
+double loss_of_rows(Scenario& s, const Batch& b, const torch::Tensor& rows) {
+  const torch::Tensor x = b.inputs.index_select(0, rows.to(b.inputs.device()));
+  const torch::Tensor out = guarded("forward", [&] { return s.forward(x, Tap()); });
+  return guarded("loss", [&] { return s.loss(out, b.targets.index_select(0, rows.to(b.targets.device()))); }).item<double>();
+}
+
 VitalSign ignored_class(Scenario& s, const Batch& b) {
   VitalSign v = sign("ignored_class");
   const torch::Tensor& y = b.targets;
@@ -116,12 +124,7 @@ VitalSign ignored_class(Scenario& s, const Batch& b) {
   }
   EvalMode eval(s.model());
   torch::NoGradGuard no_grad;
-  // Each part through forward and loss as the code runs them (a scenario's loss may read its forward's batch).
-  auto loss_of = [&](const torch::Tensor& rows) {
-    const torch::Tensor x = b.inputs.index_select(0, rows.to(b.inputs.device()));
-    const torch::Tensor out = guarded("forward", [&] { return s.forward(x, Tap()); });
-    return guarded("loss", [&] { return s.loss(out, y.index_select(0, rows.to(y.device()))); }).item<double>();
-  };
+  auto loss_of = [&](const torch::Tensor& rows) { return loss_of_rows(s, b, rows); };
   const torch::Tensor first_out = guarded("forward", [&] { return s.forward(b.inputs, Tap()); });
   if (first_out.dim() != 2 || first_out.size(0) != y.size(0)) {
     v.evidence = "the outputs are not one row of class scores a sample";
@@ -186,13 +189,7 @@ VitalSign class_weights(Scenario& s, const std::vector<Batch>& batches) {
   const torch::Tensor labels = y.to(torch::kCPU).to(torch::kInt64);
   const torch::Tensor reference = torch::nn::functional::cross_entropy(
       out.to(torch::kCPU).to(torch::kFloat64), labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
-  // Each part through forward and loss as the code runs them (a scenario's loss may read its forward's batch).
-  auto loss_of = [&](std::vector<int64_t> rows) {
-    const torch::Tensor idx = torch::tensor(rows, torch::kInt64);
-    const torch::Tensor x = b.inputs.index_select(0, idx.to(b.inputs.device()));
-    const torch::Tensor o = guarded("forward", [&] { return s.forward(x, Tap()); }).detach();
-    return guarded("loss", [&] { return s.loss(o, y.index_select(0, idx.to(y.device()))); }).item<double>();
-  };
+  auto loss_of = [&](const std::vector<int64_t>& rows) { return loss_of_rows(s, b, torch::tensor(rows, torch::kInt64)); };
   const int64_t* lab = labels.data_ptr<int64_t>();
   const double* ref = reference.data_ptr<double>();
   // A sample of each class present, and whether the loss of one sample is its cross-entropy.

@@ -212,7 +212,8 @@ struct Trial {
   bool loss_falling() const;
   std::string skill_text(bool end) const;
 };
-Trial run_trial(const ScenarioFactory& make, Swap swap, const Probe& p, int64_t steps);
+// lr_factor: the share of the learning rate a kLrDown swap steps with (a tenth, a hundredth, a thousandth).
+Trial run_trial(const ScenarioFactory& make, Swap swap, const Probe& p, int64_t steps, double lr_factor = 0.1);
 Skill heldout_skill(Scenario& s, const std::vector<Batch>& heldout, bool eval_mode);
 
 struct Experiments {

@@ -33,8 +33,8 @@ int64_t vocabulary_of(const std::vector<Batch>& batches) {
 
 class SwapScenario : public Scenario {
  public:
-  SwapScenario(std::unique_ptr<Scenario> inner, Swap swap, const Probe& probe, int64_t steps)
-      : inner_(std::move(inner)), swap_(swap) {
+  SwapScenario(std::unique_ptr<Scenario> inner, Swap swap, const Probe& probe, int64_t steps, double lr_factor = 0.1)
+      : inner_(std::move(inner)), swap_(swap), lr_factor_(lr_factor) {
     TrainingConfig c = inner_->config();
     if (swap == Swap::kStep || swap == Swap::kOptimizer || swap == Swap::kModel) c.schedule = ScheduleConfig{};
     bind_config(c);
@@ -86,7 +86,7 @@ class SwapScenario : public Scenario {
     } else if (swap == Swap::kLrDown) {
       for (const NamedOptimizer& o : inner_->optimizers()) {
         for (auto& group : o.optimizer->param_groups()) {
-          if (lr_text_.empty()) lr_text_ = fmt(group_lr(group)) + " -> " + fmt(group_lr(group) * 0.1);
+          if (lr_text_.empty()) lr_text_ = fmt(group_lr(group)) + " -> " + fmt(group_lr(group) * lr_factor_);
         }
       }
     }
@@ -124,12 +124,12 @@ class SwapScenario : public Scenario {
         for (auto& group : o.optimizer->param_groups()) {
           const double lr = group_lr(group);
           held.emplace_back(&group, lr);
-          set_group_lr(group, lr * 0.1);
+          set_group_lr(group, lr * lr_factor_);
         }
       }
       inner_->optimizer_step();
       for (auto& [group, lr] : held) {
-        if (group_lr(*group) == lr * 0.1) set_group_lr(*group, lr);
+        if (group_lr(*group) == lr * lr_factor_) set_group_lr(*group, lr);
       }
       return;
     }
@@ -145,7 +145,10 @@ class SwapScenario : public Scenario {
                (pool_rows_ ? "with their own targets" : "(whole batches shuffled)");
       case Swap::kInit: return "the parameters re-initialized by each module's own reset_parameters() (" + list(reset_, 4) + ")";
       case Swap::kLoss: return "the loss replaced by " + loss_name_ + " on the same outputs and targets";
-      case Swap::kLrDown: return "the program's own optimizers at a tenth of their learning rate (" + lr_text_ + ")";
+      case Swap::kLrDown:
+        return "the program's own optimizers at " + std::string(lr_factor_ == 0.1 ? "a tenth" : lr_factor_ == 0.01 ? "a hundredth"
+                                                                                            : "a thousandth") +
+               " of their learning rate (" + lr_text_ + ")";
       case Swap::kStep: {
         bool lowp = false;
         for (const NamedOptimizer& o : inner_->optimizers()) lowp = lowp || masters_.any(*o.optimizer);
@@ -224,6 +227,10 @@ class SwapScenario : public Scenario {
 
  private:
   std::string loss_name_, lr_text_;
+ public:
+  double lr_factor_ = 0.1;  // kLrDown: the share of the learning rate each step takes
+
+ private:
   std::unique_ptr<torch::optim::Optimizer> reference_;
   std::shared_ptr<ReferenceModel> model_;
   MasterWeights masters_;
@@ -315,8 +322,9 @@ bool Trial::loss_falling() const {
   if (!std::isfinite(start) || !std::isfinite(loss_last) || start <= 0 || loss_last > 0.95 * start) return false;
   if (loss_last <= 0.8 * start) return true;
   // A small fall must be a trend: the slope over the last half of the steps 2 standard errors below 0.
-  const size_t n = losses.size(), from = n / 2;
-  if (n - from < 8) return false;
+  // (The whole run when its last half is too short to fit a slope to; a fall alone when the run is.)
+  const size_t n = losses.size(), from = n - n / 2 >= 8 ? n / 2 : 0;
+  if (n < 8) return true;
   double mx = 0, my = 0;
   for (size_t i = from; i < n; ++i) mx += double(i), my += losses[i];
   mx /= double(n - from), my /= double(n - from);
@@ -338,12 +346,12 @@ std::string Trial::skill_text(bool end) const {
   return metric == "accuracy" ? percent(raw) : fmt(raw);
 }
 
-Trial run_trial(const ScenarioFactory& make, Swap swap, const Probe& p, int64_t steps) {
+Trial run_trial(const ScenarioFactory& make, Swap swap, const Probe& p, int64_t steps, double lr_factor) {
   Trial t;
   t.swap = swap_name(swap);
   try {
     std::unique_ptr<Scenario> inner = guarded("setup", make);
-    SwapScenario s(std::move(inner), swap, p, steps);
+    SwapScenario s(std::move(inner), swap, p, steps, lr_factor);
     t.what = s.what();
     if (!s.init_differs_.empty()) t.detail = "the program's initialization differs from the defaults: " + list(s.init_differs_, 4);
     Skill start = heldout_skill(s, p.heldout, true);

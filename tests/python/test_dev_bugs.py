@@ -52,7 +52,9 @@ def test_failing_runs_show_the_swaps_tried_and_each_report_is_consistent(bugs):
     # A part named by experiment, with what the swap did in held-out numbers.
     assert "the faulty part is the init" in rows["zero_init_hidden"]["cause"]
     assert "default" in rows["zero_init_hidden"]["cause"], "what in the init differs from the modules' defaults"
-    assert "the faulty part is the evaluation" in rows["ema_evaluated_too_early"]["cause"]
+    # The experiment found the evaluation; the sign of that part that says what in it differs leads.
+    ema = rows["ema_evaluated_too_early"]
+    assert ema["part"] == "evaluation" and "faulty_part" in ema["other_signs"], ema
     assert "opposite way" in rows["binary_targets_inverted"]["cause"]
     # The update read where the optimizer steps.
     assert "cleared between backward and the optimizer's step" in rows["zero_grad_between_backward_and_step"]["cause"]

@@ -38,3 +38,13 @@ def test_no_sign_fires_on_the_healthy_program(seed):
     rc, report, err = doctor(f"seed={seed}")
     assert rc == 0, [s["name"] for s in report["signs"] if not s["passed"] and not s["skipped"]]
     assert report["passed"]
+
+
+def test_the_overfit_probe_turns_a_python_optimizers_weight_decay_off_as_docs_say():
+    """docs/doctor.md: the probe memorizes one batch with weight decay off. A decay of 1 at lr 0.05 (momentum 0.9)
+    pulls every weight to 0 harder than one batch's gradient can hold it: the loss stays near 1 with it on (the program's own run)."""
+    rc, report, err = doctor("optimizer.weight_decay=1")
+    assert rc == 1 and not report["passed"], "the program as written, decay on, must fail"
+    overfit = next(s for s in report["signs"] if s["name"] == "overfit_one_batch")
+    assert overfit["data"]["weight_decay_turned_off"] == 1, overfit
+    assert overfit["passed"], overfit
