@@ -141,6 +141,18 @@ int Cli::main(int argc, char** argv) {
               << "\n";
     return kExitBadInput;
   }
+  // `run -- COMMAND` (a training command of the user's, unmodified) is the Python package's: the
+  // monitor goes into the command's Python process (python/spikehunt/_command.py).
+  for (int i = 1; verb == "run" && i < argc; ++i) {
+    if (std::string(argv[i]) != "--") continue;
+    std::cerr << InputError(program + " run", "--", "",
+                            "runs a training command under the monitor from the Python package only",
+                            "python3 -m spikehunt run [--steps N] -- COMMAND ... (pip install . puts it on PATH as "
+                            "spikehunt; docs/commands.md)")
+                     .what()
+              << "\n";
+    return kExitBadInput;
+  }
   if (verb.empty() && argc > 1 && std::string(argv[1]) != "-h" && std::string(argv[1]) != "--help" &&
       std::string(argv[1]) != "--version") {
     std::cerr << InputError(program, argv[1], "", "is not a flag of " + program,

@@ -153,6 +153,13 @@ class Watch {
     steps_->abandon();
   }
   bool over() const { return steps_->over(); }
+  // The loop raised: the burst ends crashed, with the exception's text (and the stage, "" when unknown).
+  void crashed(const std::string& message, const std::string& stage) {
+    Verdict& v = steps_->result().verdict;
+    v.outcome = Outcome::kCrashed;
+    v.message = message;
+    v.crash_stage = stage;
+  }
   int64_t next_step() const { return steps_->next_step(); }
 
   // Ends the burst and writes the folder: trace.jsonl, verdict.json and the checkpoints.
@@ -161,6 +168,7 @@ class Watch {
     if (!path_.empty() || closed_) return path_;
     if (started_) finish();  // a step begun and never finished (the loop raised): recorded as it stands
     BurstResult& result = steps_->result();
+    if (result.verdict.planned_steps == 0) result.verdict.planned_steps = result.verdict.steps_run;  // not known ahead
     result.verdict.wall_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - opened_).count();
     closed_ = true;
@@ -226,6 +234,7 @@ void add_watch(py::module_& m) {
       .def("after_backward", &Watch::after_backward)
       .def("finish", &Watch::finish)
       .def("abandon", &Watch::abandon)
+      .def("crashed", &Watch::crashed)
       .def_property_readonly("over", &Watch::over)
       .def_property_readonly("next_step", &Watch::next_step)
       .def("close", &Watch::close)

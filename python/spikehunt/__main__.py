@@ -36,6 +36,9 @@ def run(argv):
             print("error: python3 -m spikehunt: --module needs a file", file=sys.stderr)
             return 2
         modules.append(rest.pop(0))
+    if "--" in rest and rest[:1] == ["run"]:  # a training command of the user's, unmodified
+        from . import _command
+        return _command.run(rest[1:])
     command = [sys.executable, "-m", "spikehunt"]
     for m in modules:
         path = os.path.abspath(m)

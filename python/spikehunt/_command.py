@@ -1,0 +1,170 @@
+"""`spikehunt run [--steps N] [--out DIR] [--rules R] -- COMMAND ARGS...`: the user's training
+command, unmodified, under the monitor (docs/commands.md).
+
+The command runs with a sitecustomize (_site.py) first on its PYTHONPATH: its Python process,
+once it imports torch, gets the monitor through torch's global hooks (_attach.py), which writes
+the same folder as `run` (trace.jsonl, verdict.json, checkpoints) for each optimizer it steps,
+and a status file this launcher reads back. The command's output passes through as it comes;
+its stdin is closed (a script that reads it gets end-of-file, not a hang).
+Exit codes as every verb's: 0 healthy, 1 a finding (extreme, non-finite, crashed), 2 bad input
+(no command, a bad flag or rules file, a command that never imports torch or never steps an
+optimizer), 130 interrupted.
+"""
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+USAGE = "usage: spikehunt run [--steps N] [--out DIR] [--rules FILE] -- COMMAND [ARGS...]"
+
+
+class _BadInput(Exception):
+    pass
+
+
+def _flags(argv):
+    """(settings, command) from `run`'s flags before `--`."""
+    flags, command = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    settings = {"steps": 0, "out": "results", "rules": {}}
+    i = 0
+    while i < len(flags):
+        flag, value = flags[i], None
+        if "=" in flag and flag.startswith("--"):
+            flag, value = flag.split("=", 1)
+        if flag not in ("--steps", "--out", "--rules"):
+            raise _BadInput(f"run -- COMMAND: {flags[i]!r} is not a flag of run on a command (it takes --steps, "
+                            f"--out, --rules)\n{USAGE}")
+        if value is None:
+            if i + 1 == len(flags):
+                raise _BadInput(f"run: {flag} needs a value\n{USAGE}")
+            value, i = flags[i + 1], i + 1
+        i += 1
+        if flag == "--steps":
+            try:
+                settings["steps"] = int(value)
+            except ValueError:
+                settings["steps"] = -1
+            if settings["steps"] < 1:
+                raise _BadInput(f"run: --steps = {value!r}: a whole number of optimizer steps, 1 or more")
+        elif flag == "--out":
+            settings["out"] = value
+        else:
+            settings["rules"] = _rules(value)
+    if not command:
+        raise _BadInput(f"run: nothing after `--`: give the training command to run\n{USAGE}")
+    return settings, command
+
+
+def _rules(path):
+    """A rules file's health fields (`calibrate` writes one)."""
+    try:
+        with open(path) as f:
+            rules = json.load(f)
+    except OSError as e:
+        raise _BadInput(f"{path}: cannot read the rules file: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise _BadInput(f"{path}:{e.lineno}: not JSON: {e.msg}") from None
+    health = rules.get("health") if isinstance(rules, dict) else None
+    if not isinstance(health, dict):
+        raise _BadInput(f"{path}: field health: a rules file holds an object \"health\" of rule fields "
+                        f"(docs/health.md), this one {'has none' if isinstance(rules, dict) else 'is not an object'}")
+    return health
+
+
+def _environment(settings, work):
+    """The command's environment: the sitecustomize and this package first on PYTHONPATH."""
+    site = os.path.join(work, "site")
+    os.makedirs(site)
+    shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site.py"),
+                os.path.join(site, "sitecustomize.py"))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([site, package] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["SPIKEHUNT_ATTACH"] = json.dumps({"out": os.path.abspath(settings["out"]), "steps": settings["steps"],
+                                          "rules": settings["rules"], "status_dir": work})
+    return env
+
+
+def _statuses(work):
+    found = []
+    for name in sorted(os.listdir(work)):
+        if name.startswith("status-") and name.endswith(".json"):
+            with open(os.path.join(work, name)) as f:
+                found.append(json.load(f))
+    return found
+
+
+def run(argv):
+    """`run -- COMMAND`: returns the exit code."""
+    try:
+        settings, command = _flags(argv)
+    except _BadInput as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    shown = " ".join(command)
+    os.makedirs(settings["out"], exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".spikehunt-command-", dir=settings["out"])
+    try:
+        return _run(settings, command, shown, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(settings, command, shown, work):
+    tail = collections.deque(maxlen=12)
+    try:
+        child = subprocess.Popen(command, env=_environment(settings, work), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except OSError as e:
+        print(f"error: run -- {shown}: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr)
+        return 2
+    try:
+        for line in iter(child.stdout.readline, b""):
+            sys.stdout.buffer.write(line)
+            sys.stdout.flush()
+            tail.append(line.decode(errors="replace").rstrip("\n"))
+        code = child.wait()
+    except KeyboardInterrupt:
+        child.terminate()
+        child.wait()
+        print(f"\ninterrupted: {shown}", file=sys.stderr)
+        return 130
+    last = "\n".join(f"  | {t}" for t in tail) or "  (no output)"
+    statuses = _statuses(work)
+    stepped = [s for s in statuses if s["steps"] or s["optimizers"]]
+    if not statuses:
+        print(f"error: run -- {shown}: no Python process of the command imported torch (exit {code}), so there is "
+              f"nothing to watch: give the command that trains (python train.py ..., torchrun ... train.py); "
+              f"its last lines:\n{last}", file=sys.stderr)
+        return 2
+    if not stepped:
+        print(f"error: run -- {shown}: the command imported torch but never took an optimizer step (exit {code}); "
+              f"its last lines:\n{last}", file=sys.stderr)
+        return 2
+    main = stepped[0]
+    print()
+    for w in main["watches"]:
+        print(f"{w['optimizer']}:")
+        print(w["text"])
+        if w["path"]:
+            print(f"results    {w['path']}")
+    for index, step in main["skipped"]:
+        print(f"skipped    step {step} of optimizer {index}: the GradScaler found inf/NaN gradients and skipped it")
+    if main["ended"] and main["ended"].startswith("--steps"):
+        print(f"ended      {main['ended']}")
+    if main["interrupted"]:
+        return 130
+    if main["error"]:
+        print(f"crashed    the command raised: {main['error']['message']}\n{main['error']['traceback']}",
+              file=sys.stderr)
+        return 1
+    if any(w["verdict"]["outcome"] != "healthy" for w in main["watches"]):
+        return 1
+    if code != 0:
+        print(f"crashed    the command exited {code} after {main['steps']} step(s); its last lines:\n{last}",
+              file=sys.stderr)
+        return 1
+    return 0

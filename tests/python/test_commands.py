@@ -1,0 +1,126 @@
+"""`spikehunt run -- COMMAND`: a plain PyTorch script, unmodified, under the monitor
+(python/spikehunt/_command.py, _attach.py; docs/commands.md). The scripts in examples/commands
+know nothing of spikehunt: argparse knobs, their own loop, zero_grad/backward/step."""
+import glob
+import os
+import sys
+
+from conftest import read_json, read_jsonl, spikehunt
+
+MLP = ["examples/commands/train_mlp.py"]
+GAN = ["examples/commands/train_gan.py"]
+
+
+def run(out, *command, flags=()):
+    return spikehunt("run", "--out", str(out), *flags, "--", sys.executable, *command, script=["-m", "spikehunt"])
+
+
+def folders(out):
+    return sorted(os.path.dirname(v) for v in glob.glob(os.path.join(str(out), "**", "verdict.json"), recursive=True))
+
+
+def test_a_healthy_script_is_watched_step_by_step_and_two_runs_are_bit_identical(tmp_path):
+    rc, out, err = run(tmp_path / "a", *MLP, "--batch-size", "64")
+    assert rc == 0, out + err
+    assert "epoch 2: mean loss" in out, "the script's own output passes through"
+    [folder] = folders(tmp_path / "a")
+    verdict = read_json(os.path.join(folder, "verdict.json"))
+    assert verdict["outcome"] == "healthy" and verdict["steps_run"] == 3 * 1024 // 64, verdict
+    trace = read_jsonl(os.path.join(folder, "trace.jsonl"))
+    assert len(trace) == 48 and trace[0]["label_histogram"] and len(trace[0]["label_histogram"]) == 8, trace[0]
+    assert set(trace[0]["activations"]) == {"0", "1", "2", "3", "4"}, "the model's leaves are the taps"
+    # Same command, same seed: the same hashes and losses, step by step.
+    rc, out, err = run(tmp_path / "b", *MLP, "--batch-size", "64")
+    [again] = folders(tmp_path / "b")
+    assert read_json(os.path.join(again, "verdict.json"))["hash_chain"] == verdict["hash_chain"]
+    assert [t["loss"] for t in read_jsonl(os.path.join(again, "trace.jsonl"))] == [t["loss"] for t in trace]
+
+
+def test_an_unstable_setting_ends_at_its_first_non_finite_step_with_the_onset_before_it(tmp_path):
+    rc, out, err = run(tmp_path, *MLP, "--lr", "3", "--epochs", "50")
+    assert rc == 1, out + err
+    [folder] = folders(tmp_path)
+    v = read_json(os.path.join(folder, "verdict.json"))
+    assert v["outcome"] == "non_finite" and v["onset_step"] < v["failure_step"], v
+    assert v["steps_run"] == v["failure_step"] + 1, "the script ends at the burst's end, not after 50 epochs"
+    assert "epoch 49" not in out
+    assert os.path.exists(os.path.join(folder, "last_healthy.safetensors"))
+
+
+def test_steps_ends_the_script_cleanly_after_n_optimizer_steps(tmp_path):
+    rc, out, err = run(tmp_path, *MLP, flags=["--steps", "7"])
+    assert rc == 0, out + err
+    assert "epoch 0" not in out and "--steps 7: the burst's steps are done" in out
+    [folder] = folders(tmp_path)
+    assert len(read_jsonl(os.path.join(folder, "trace.jsonl"))) == 7
+
+
+def test_gradient_accumulation_is_one_step_of_several_backwards_and_a_skipped_amp_step_is_said(tmp_path):
+    rc, out, err = run(tmp_path / "acc", *MLP, "--accumulate", "4", "--epochs", "1")
+    assert rc == 0, out + err
+    [folder] = folders(tmp_path / "acc")
+    assert read_json(os.path.join(folder, "verdict.json"))["steps_run"] == 1024 // 32 // 4
+    rc, out, err = run(tmp_path / "amp", *MLP, "--amp", "--overflow-at", "3", "--epochs", "1")
+    assert rc == 0, out + err  # the scaler's skip is what a GradScaler is for: not a failure
+    assert "skipped    step 3 of optimizer 0: the GradScaler found inf/NaN gradients" in out
+    [folder] = folders(tmp_path / "amp")
+    v = read_json(os.path.join(folder, "verdict.json"))
+    assert v["outcome"] == "healthy" and v["steps_run"] == 1024 // 32 - 1, v
+
+
+def test_each_optimizer_of_a_gan_is_watched_on_the_model_it_steps(tmp_path):
+    rc, out, err = run(tmp_path, *GAN, "--steps", "30")
+    assert rc == 0, out + err
+    assert "optimizer 0 (SGD on Sequential)" in out and "optimizer 1 (Adam on Sequential)" in out
+    found = folders(tmp_path)
+    assert len(found) == 2 and any("optimizer1-Adam" in f for f in found), found
+    for f in found:
+        trace = read_jsonl(os.path.join(f, "trace.jsonl"))
+        assert len(trace) == 30
+    generator = next(f for f in found if "optimizer1-Adam" in f)
+    first = read_jsonl(os.path.join(generator, "trace.jsonl"))[0]
+    assert [layer["name"] for layer in first["layers"]][:2] == ["0.weight", "0.bias"]
+    assert first["input_max"] > 0, "the generator's step reads its own inputs (its latent batch)"
+
+
+def test_a_script_that_raises_is_crashed_with_its_own_traceback(tmp_path):
+    rc, out, err = run(tmp_path, *MLP, "--crash-at", "4")
+    assert rc == 1, out + err
+    assert "crashed    the command raised: ValueError: a batch this loop cannot handle at step 4" in err
+    assert "examples/commands/train_mlp.py" in err and "in check" in err, "its last frame, the script's"
+    [folder] = folders(tmp_path)
+    v = read_json(os.path.join(folder, "verdict.json"))
+    assert v["outcome"] == "crashed" and v["steps_run"] == 4 and "train_mlp.py" in v["message"], v
+
+
+def test_commands_that_give_nothing_to_watch_are_bad_input_naming_why(tmp_path):
+    rc, out, err = spikehunt("run", "--out", str(tmp_path), "--", sys.executable, "-c", "print('hello')",
+                             script=["-m", "spikehunt"])
+    assert rc == 2 and "no Python process of the command imported torch (exit 0)" in err and "| hello" in err, err
+    rc, out, err = spikehunt("run", "--out", str(tmp_path), "--", sys.executable, "-c",
+                             "import sys, torch; print(sys.stdin.read() == ''); sys.exit(3)", script=["-m", "spikehunt"])
+    assert rc == 2 and "never took an optimizer step (exit 3)" in err and "| True" in err, err  # stdin: no hang
+    rc, out, err = spikehunt("run", "--out", str(tmp_path), "--", "no-such-program-here", script=["-m", "spikehunt"])
+    assert rc == 2 and "cannot start 'no-such-program-here'" in err, err
+    for flags, says in [(["--steps", "0"], "--steps = '0'"), (["--stpes", "3"], "'--stpes' is not a flag"),
+                        (["--rules", str(tmp_path / "none.json")], "cannot read the rules file")]:
+        rc, out, err = spikehunt("run", *flags, "--", sys.executable, *MLP, script=["-m", "spikehunt"])
+        assert rc == 2 and says in err, (flags, err)
+    rc, out, err = spikehunt("run", "--", script=["-m", "spikehunt"])
+    assert rc == 2 and "nothing after `--`" in err, err
+
+
+def test_a_rules_file_sets_the_health_rules_of_the_watched_steps(tmp_path):
+    rules = tmp_path / "rules.json"
+    rules.write_text('{"health": {"loss_limit": 0.5}}')
+    rc, out, err = run(tmp_path / "out", *MLP, flags=["--steps", "5", "--rules", str(rules)])
+    assert rc == 1, out + err  # a cross-entropy of 8 classes starts near 2: above 0.5 is extreme
+    [folder] = folders(tmp_path / "out")
+    assert "loss_limit" in read_json(os.path.join(folder, "verdict.json"))["onset_rules"]
+
+
+def test_the_binary_points_a_command_to_the_python_package():
+    import subprocess
+    binary = os.path.join(os.environ.get("SPIKEHUNT_BUILD", "build"), "spikehunt")
+    p = subprocess.run([binary, "run", "--", sys.executable, *MLP], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "python3 -m spikehunt run" in p.stderr and "docs/commands.md" in p.stderr, p.stderr
