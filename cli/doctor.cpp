@@ -105,6 +105,13 @@ int doctor_verb(const DoctorArgs& a) {
   } else {
     const std::vector<std::string> sets = with_rules(a.rules, a.sets);
     config = a.config.empty() ? default_config(sets) : load_config(a.config, sets);
+    if (config.scenario == "command") {  // python/spikehunt/_command_scenario.py: its steps run in another process
+      throw InputError(a.config.empty() ? "--set" : a.config, "scenario", "\"command\"",
+                       "is a training command run in a process of its own: the doctor's probes act on a model "
+                       "they hold, which a command does not give them",
+                       "spikehunt run -- COMMAND watches its steps; for the doctor, write it as a Scenario "
+                       "(docs/commands.md)");
+    }
     if (config.scenario == "standard") {  // load the data once for every sign
       auto data = std::make_shared<const Dataset>(load_dataset(config.dataset));
       make = [config, data] { return make_scenario(config, data); };

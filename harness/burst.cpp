@@ -12,6 +12,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "base/error.h"
+#include "base/files.h"
 #include "harness/health.h"
 #include "harness/monitor.h"
 #include "harness/ranks.h"
@@ -130,7 +131,44 @@ const StepRecord& BurstSteps::finish(double step_ms) {
   return r;
 }
 
+// A burst another process ran (Scenario::run_elsewhere): its folder read back,
+// each step's record handed to on_step as if it had run here. It starts at
+// step 0 and keeps no states (a command replays from step 0).
+BurstResult burst_from_folder(const std::string& folder, const BurstOptions& options) {
+  if (options.start_step > 0 || options.resume) {
+    throw InputError(folder, "checkpoint", std::to_string(options.start_step),
+                     "cannot be resumed: a burst run in another process replays from step 0 only",
+                     "drop --from-checkpoint");
+  }
+  BurstResult result{Verdict{}, Trace(options.trace_capacity), {}, std::nullopt, std::nullopt};
+  const std::string trace = folder + "/trace.jsonl", verdict = folder + "/verdict.json";
+  const std::string lines = read_file(trace);
+  size_t at = 0;
+  while (at < lines.size()) {
+    size_t end = lines.find('\n', at);
+    if (end == std::string::npos) end = lines.size();
+    if (end > at) {
+      const StepRecord r = step_record_from_json(nlohmann::json::parse(lines.substr(at, end - at)), trace);
+      result.step_hashes.push_back({r.input_hash, r.label_hash});
+      if (options.on_step) options.on_step(r);
+      result.trace.push(r);
+    }
+    at = end + 1;
+  }
+  result.verdict = verdict_from_json(nlohmann::json::parse(read_file(verdict)), verdict);
+  return result;
+}
+
 BurstResult run_burst(Scenario& scenario, const HealthRules& rules, const BurstOptions& options) {
+  std::string elsewhere;
+  try {
+    in_training_code("setup", {}, [&] { elsewhere = scenario.run_elsewhere(); });
+  } catch (const TrainingError& e) {
+    BurstResult crashed{Verdict{}, Trace(options.trace_capacity), {}, std::nullopt, std::nullopt};
+    set_crashed(crashed.verdict, e);
+    return crashed;
+  }
+  if (!elsewhere.empty()) return burst_from_folder(elsewhere, options);
   if (options.ranks == nullptr && scenario.config().world_size > 1) {
     return run_burst_ranked(scenario, rules, options);  // this process is rank 0 of several (ranks.h)
   }

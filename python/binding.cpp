@@ -679,6 +679,13 @@ class PyScenario : public Scenario {
   }
   torch::Device device() const override { return training_->device; }
 
+  // A scenario class with run_elsewhere() (spikehunt's command scenario) runs its burst in another process.
+  std::string run_elsewhere() override {
+    py::gil_scoped_acquire gil;
+    if (!py::hasattr(obj_.get(), "run_elsewhere")) return "";
+    return call("run_elsewhere", [&] { return obj_.get().attr("run_elsewhere")().cast<std::string>(); });
+  }
+
   std::vector<std::string> reset_parameters() override {
     py::gil_scoped_acquire gil;
     return call("reset_parameters", [&] {

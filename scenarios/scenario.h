@@ -173,6 +173,13 @@ class Scenario {
   // scale of each layer's output at step 0.
   virtual std::vector<ModuleOutput> module_outputs(const torch::Tensor& inputs);
 
+  // A scenario whose steps run in another process (a training command of the
+  // user's under the monitor: python/spikehunt/_command_scenario.py) runs the
+  // whole burst there and returns the folder its monitor wrote (trace.jsonl,
+  // verdict.json), which run_burst reads back as the burst's records; the
+  // default, "", is a scenario the harness trains itself.
+  virtual std::string run_elsewhere() { return ""; }
+
   // The config the scenario was built from: make_scenario() binds it (a
   // scenario built directly has the defaults). The harness reads grad_clip,
   // schedule and accumulation_steps from it; a scenario reads its own knobs

@@ -36,9 +36,18 @@ def run(argv):
             print("error: python3 -m spikehunt: --module needs a file", file=sys.stderr)
             return 2
         modules.append(rest.pop(0))
+    from . import _command, _command_scenario  # noqa: F401  (registers the scenario "command")
+    # A command's own files are code too (the build id a sweep checks): its workers get them by inheritance.
+    code_files = [f for f in os.environ.get("SPIKEHUNT_COMMAND_FILES", "").split(os.pathsep) if f]
     if "--" in rest and rest[:1] == ["run"]:  # a training command of the user's, unmodified
-        from . import _command
         return _command.run(rest[1:])
+    if "--" in rest and rest[:1] == ["sweep"]:  # ... and a sweep over its knobs
+        try:
+            rest, code_files = _command.sweep_args(rest)
+            os.environ["SPIKEHUNT_COMMAND_FILES"] = os.pathsep.join(code_files)
+        except _command._BadInput as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     command = [sys.executable, "-m", "spikehunt"]
     for m in modules:
         path = os.path.abspath(m)
@@ -52,7 +61,7 @@ def run(argv):
         command += ["--module", path]
     invoked = f"{sys.executable} -m spikehunt" + "".join(f" --module {m}" for m in modules)
     return spikehunt.main([invoked] + rest, exit=False, _command=command,
-                          _build_files=[os.path.abspath(m) for m in modules])
+                          _build_files=[os.path.abspath(m) for m in modules] + code_files)
 
 
 def console():

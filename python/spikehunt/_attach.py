@@ -72,8 +72,11 @@ def attach():
     global _state
     if _state is not None or "SPIKEHUNT_ATTACH" not in os.environ:
         return
-    _state = _State(json.loads(os.environ["SPIKEHUNT_ATTACH"]))
+    settings = json.loads(os.environ["SPIKEHUNT_ATTACH"])
+    _state = _State(settings)
     torch = _state.torch
+    if settings.get("threads"):  # the config's thread count: same config, same threads, same bits
+        torch.set_num_threads(int(settings["threads"]))
     from torch.nn.modules import module as nn_module
     from torch.optim import optimizer as optim
     nn_module.register_module_forward_pre_hook(_before_forward)

@@ -113,38 +113,52 @@ def run(argv):
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run(settings, command, shown, work):
+def execute(command, settings, work, echo=True):
+    """Runs the command with the monitor attached (settings: out, steps, rules); its output passes
+    through when `echo`. Returns (exit code, its last lines, the status of each process that
+    imported torch). OSError when it cannot start; KeyboardInterrupt as it came."""
     tail = collections.deque(maxlen=12)
+    child = subprocess.Popen(command, env=_environment(settings, work), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        child = subprocess.Popen(command, env=_environment(settings, work), stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for line in iter(child.stdout.readline, b""):
+            if echo:
+                sys.stdout.buffer.write(line)
+                sys.stdout.flush()
+            tail.append(line.decode(errors="replace").rstrip("\n"))
+        code = child.wait()
+    except BaseException:
+        child.terminate()
+        child.wait()
+        raise
+    return code, list(tail), _statuses(work)
+
+
+def watched(statuses):
+    """The status of the process that took the optimizer steps (None when none did)."""
+    return next((s for s in statuses if s["steps"] or s["optimizers"]), None)
+
+
+def _run(settings, command, shown, work):
+    try:
+        code, tail, statuses = execute(command, settings, work)
     except OSError as e:
         print(f"error: run -- {shown}: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr)
         return 2
-    try:
-        for line in iter(child.stdout.readline, b""):
-            sys.stdout.buffer.write(line)
-            sys.stdout.flush()
-            tail.append(line.decode(errors="replace").rstrip("\n"))
-        code = child.wait()
     except KeyboardInterrupt:
-        child.terminate()
-        child.wait()
         print(f"\ninterrupted: {shown}", file=sys.stderr)
         return 130
     last = "\n".join(f"  | {t}" for t in tail) or "  (no output)"
-    statuses = _statuses(work)
-    stepped = [s for s in statuses if s["steps"] or s["optimizers"]]
+    main = watched(statuses)
     if not statuses:
         print(f"error: run -- {shown}: no Python process of the command imported torch (exit {code}), so there is "
               f"nothing to watch: give the command that trains (python train.py ..., torchrun ... train.py); "
               f"its last lines:\n{last}", file=sys.stderr)
         return 2
-    if not stepped:
+    if main is None:
         print(f"error: run -- {shown}: the command imported torch but never took an optimizer step (exit {code}); "
               f"its last lines:\n{last}", file=sys.stderr)
         return 2
-    main = stepped[0]
     print()
     for w in main["watches"]:
         print(f"{w['optimizer']}:")
@@ -168,3 +182,85 @@ def _run(settings, command, shown, work):
               file=sys.stderr)
         return 1
     return 0
+
+
+def _flag_value(flags, name):
+    """(index, value) of `name VALUE` or `name=VALUE` in flags; (None, None) when absent."""
+    for i, f in enumerate(flags):
+        if f == name and i + 1 < len(flags):
+            return i, flags[i + 1]
+        if f.startswith(name + "="):
+            return i, f.split("=", 1)[1]
+    return None, None
+
+
+def _without(flags, index):
+    return flags[:index] + flags[index + (1 if "=" in flags[index] else 2):]
+
+
+def sweep_args(argv):
+    """`sweep [flags] --space S [--steps N] -- COMMAND`: the flags of a sweep over the scenario "command"
+    (_command_scenario.py), its space S rewritten so that each dimension NAME is the knob {NAME} of the
+    command (params.NAME; `seed` and dotted config paths stay fields), into OUT/command-space.json.
+    Returns (the verb's arguments, the command's files to hash as code). _BadInput when they do not fit."""
+    import difflib
+    from ._command_scenario import KNOB
+    verb, flags, command = argv[0], argv[1:argv.index("--")], argv[argv.index("--") + 1:]
+    if not command:
+        raise _BadInput(f"{verb}: nothing after `--`: give the training command, its knobs as {{NAME}} "
+                        f"(python train.py --lr {{lr}})")
+    at, space_path = _flag_value(flags, "--space")
+    if space_path is None:
+        raise _BadInput(f"{verb} -- COMMAND: --space names the space whose dimensions are the command's knobs")
+    flags = _without(flags, at)
+    steps = None
+    at, value = _flag_value(flags, "--steps")
+    if value is not None:
+        flags = _without(flags, at)
+        steps = int(value) if value.isdigit() and int(value) > 0 else None
+        if steps is None:
+            raise _BadInput(f"{verb}: --steps = {value!r}: a whole number of optimizer steps, 1 or more")
+    _, out = _flag_value(flags, "--out")
+    out = out or "results/sweep"
+    try:
+        with open(space_path) as f:
+            space = json.load(f)
+    except OSError as e:
+        raise _BadInput(f"{space_path}: cannot read the space: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise _BadInput(f"{space_path}:{e.lineno}: not JSON: {e.msg}") from None
+    dims = space.get("dimensions") if isinstance(space, dict) else None
+    if not isinstance(dims, dict) or not dims:
+        raise _BadInput(f"{space_path}: field dimensions: a sweep over a command needs an object of dimensions, "
+                        f"one a knob of the command")
+    base = dict(space.get("base") or {})
+    params = dict(base.get("params") or {})
+    used = KNOB.findall(" ".join(command))
+    fields = set(dims) | {"seed"} | set(params)
+    for name in used:
+        if name not in fields:
+            near = difflib.get_close_matches(name, sorted(dims), n=1)
+            raise _BadInput(f"{verb} -- COMMAND: {{{name}}} is not a dimension of {space_path}"
+                            f"{f' (did you mean {{{near[0]}}}?)' if near else ''}; its dimensions: "
+                            f"{', '.join(sorted(dims))}")
+    for name in dims:
+        if name not in used:
+            raise _BadInput(f"{space_path}: dimension {name!r} reaches no {{{name}}} in the command, so its values "
+                            f"would never reach the script: put {{{name}}} where the script reads it "
+                            f"(--{name} {{{name}}}, {name}={{{name}}}) or drop the dimension")
+    params["command"] = command
+    if steps:
+        params["burst_steps"] = steps
+    base.update({"scenario": "command", "params": params})
+    converted = {"base": base,
+                 "dimensions": {(n if "." in n or n == "seed" else f"params.{n}"): d for n, d in dims.items()}}
+    for key, value in space.items():
+        if key not in ("base", "dimensions"):
+            converted[key] = value
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "command-space.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(converted, f, indent=2)
+    os.replace(path + ".tmp", path)
+    files = [os.path.abspath(w) for w in command if w.endswith(".py") and os.path.isfile(w)]
+    return [verb, "--space", path, *flags], files

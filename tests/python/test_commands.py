@@ -124,3 +124,41 @@ def test_the_binary_points_a_command_to_the_python_package():
     binary = os.path.join(os.environ.get("SPIKEHUNT_BUILD", "build"), "spikehunt")
     p = subprocess.run([binary, "run", "--", sys.executable, *MLP], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "python3 -m spikehunt run" in p.stderr and "docs/commands.md" in p.stderr, p.stderr
+
+
+SWEEP = ["examples/commands/train_mlp.py", "--lr", "{lr}", "--momentum", "{momentum}", "--seed", "{seed}",
+         "--epochs", "1"]
+
+
+def test_a_sweep_over_a_commands_knobs_finds_shrinks_and_replays_its_unstable_region(tmp_path):
+    rc, out, err = spikehunt("sweep", "--space", "examples/commands/space.json", "--runs", "8", "--out",
+                             str(tmp_path), "--max-shrinks", "1", "--shrink-bursts", "12", "--no-progress",
+                             "--", sys.executable, *SWEEP, script=["-m", "spikehunt"])
+    assert rc == 1, out + err
+    assert "1. non_finite:" in out and "params.lr=" in out, out  # the minimal config: the knob that matters
+    assert "replay: reproduced: non_finite" in out, out
+    [repro] = glob.glob(os.path.join(str(tmp_path), "repros", "non_finite*.repro.json"))
+    r = read_json(repro)
+    assert r["config"]["scenario"] == "command" and r["config"]["params"]["command"][-2:] == ["--epochs", "1"]
+    assert r["config"]["params"]["lr"] >= 1, "an unstable learning rate"
+    assert len(r["step_hashes"]) == r["verdict"]["steps_run"]
+    rc, out, err = spikehunt("replay", repro, script=["-m", "spikehunt"])  # as its `replay it:` line says
+    assert rc == 0 and "reproduced: non_finite" in out, out + err
+
+
+def test_a_sweeps_knobs_must_match_the_spaces_dimensions(tmp_path):
+    typo = [w.replace("{momentum}", "{momentun}") for w in SWEEP]
+    rc, out, err = spikehunt("sweep", "--space", "examples/commands/space.json", "--out", str(tmp_path), "--",
+                             sys.executable, *typo, script=["-m", "spikehunt"])
+    assert rc == 2 and "{momentun} is not a dimension" in err and "did you mean {momentum}" in err, err
+    unused = SWEEP[:5] + SWEEP[7:]  # --seed {seed} left out
+    rc, out, err = spikehunt("sweep", "--space", "examples/commands/space.json", "--out", str(tmp_path), "--",
+                             sys.executable, *unused, script=["-m", "spikehunt"])
+    assert rc == 2 and "dimension 'seed' reaches no {seed} in the command" in err, err
+
+
+def test_the_doctor_says_why_it_cannot_examine_a_command(tmp_path):
+    config = tmp_path / "command.json"
+    config.write_text('{"scenario": "command", "params": {"command": ["python3", "train.py"]}}')
+    rc, out, err = spikehunt("doctor", "--config", str(config), script=["-m", "spikehunt"])
+    assert rc == 2 and 'scenario = "command" is a training command run in a process of its own' in err, err
