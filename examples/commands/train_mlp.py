@@ -6,13 +6,14 @@ examples/commands/train_mlp.py --lr 0.1` watches it unmodified (docs/commands.md
 A small MLP on seeded Gaussian blobs (8 classes, 32 features). At --lr 0.05 it trains; far above,
 with momentum, it blows up within a few dozen steps."""
 import argparse
+import os
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--lr", type=float, default=0.05)
+parser.add_argument("--lr", type=float, default=float(os.environ.get("LR", 0.05)))  # or from the environment
 parser.add_argument("--momentum", type=float, default=0.9)
 parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--epochs", type=int, default=3)

@@ -65,6 +65,8 @@ class _State:
         self.interrupted = False
         self.ended = None           # why the burst ended early
         self.closed = False
+        self.monitor_error = None   # the monitor's own failure, which detached it
+        self.folders = []
 
 
 def attach():
@@ -101,6 +103,27 @@ def attach():
     atexit.register(_at_exit)
 
 
+def _guarded(hook):
+    """A hook that never breaks the script it watches: an error of the monitor's own detaches it, says so
+    once (and in the status file), and the script trains on unwatched. SystemExit (--steps) passes."""
+    import functools
+
+    @functools.wraps(hook)
+    def guarded(*args, **kwargs):
+        if _state.closed:
+            return None
+        try:
+            return hook(*args, **kwargs)
+        except SystemExit:
+            raise
+        except Exception as e:  # noqa: BLE001  (the user's training must not die of the monitor)
+            _state.monitor_error = f"{hook.__name__}: {type(e).__name__}: {e}"
+            sys.stderr.write(f"spikehunt: the monitor stopped watching ({_state.monitor_error}); the script goes on\n")
+            _close()
+            return None
+    return guarded
+
+
 def _training(module):
     return module.training and _state.torch.is_grad_enabled()
 
@@ -113,6 +136,7 @@ def _first_tensor(args, kwargs):
     return None
 
 
+@_guarded
 def _before_forward(module, args):
     s = _state
     s.depth += 1
@@ -130,6 +154,7 @@ def _before_forward(module, args):
     return None
 
 
+@_guarded
 def _after_forward(module, args, kwargs, output):
     s = _state
     s.depth = max(s.depth - 1, 0)
@@ -166,6 +191,7 @@ def _main_output(output):
     return None
 
 
+@_guarded
 def _on_backward(loss):
     s = _state
     if s.closed or not loss.requires_grad or loss.numel() != 1:
@@ -264,6 +290,7 @@ def _watch_of(optimizer, micro):
     return w
 
 
+@_guarded
 def _before_step(optimizer, args, kwargs):
     s = _state
     s.stepping += 1
@@ -293,6 +320,7 @@ def _before_step(optimizer, args, kwargs):
     return None
 
 
+@_guarded
 def _after_step(optimizer, args, kwargs):
     s = _state
     if s.closed:
@@ -346,7 +374,7 @@ def _at_exit():
     _close()
     status = {"pid": os.getpid(), "argv": sys.argv, "torch": True, "steps": s.done,
               "optimizers": len(s.order), "skipped": s.skipped, "ended": s.ended, "error": s.error,
-              "interrupted": s.interrupted, "watches": s.folders}
+              "interrupted": s.interrupted, "monitor_error": s.monitor_error, "watches": s.folders}
     path = os.path.join(s.status_dir, f"status-{os.getpid()}.json")
     with open(path + ".tmp", "w") as f:
         json.dump(status, f)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 
-USAGE = "usage: spikehunt run [--steps N] [--out DIR] [--rules FILE] -- COMMAND [ARGS...]"
+USAGE = "usage: spikehunt run [--steps N] [--out DIR] [--rules FILE] [--env NAME=VALUE] -- COMMAND [ARGS...]"
 
 
 class _BadInput(Exception):
@@ -34,9 +34,9 @@ def _flags(argv):
         flag, value = flags[i], None
         if "=" in flag and flag.startswith("--"):
             flag, value = flag.split("=", 1)
-        if flag not in ("--steps", "--out", "--rules"):
+        if flag not in ("--steps", "--out", "--rules", "--env"):
             raise _BadInput(f"run -- COMMAND: {flags[i]!r} is not a flag of run on a command (it takes --steps, "
-                            f"--out, --rules)\n{USAGE}")
+                            f"--out, --rules, --env)\n{USAGE}")
         if value is None:
             if i + 1 == len(flags):
                 raise _BadInput(f"run: {flag} needs a value\n{USAGE}")
@@ -51,11 +51,21 @@ def _flags(argv):
                 raise _BadInput(f"run: --steps = {value!r}: a whole number of optimizer steps, 1 or more")
         elif flag == "--out":
             settings["out"] = value
+        elif flag == "--env":
+            settings.setdefault("env", []).append(_env_pair(value, "run"))
         else:
             settings["rules"] = _rules(value)
     if not command:
         raise _BadInput(f"run: nothing after `--`: give the training command to run\n{USAGE}")
     return settings, command
+
+
+def _env_pair(value, verb):
+    """`NAME=VALUE` of --env, checked."""
+    name = value.split("=", 1)[0]
+    if "=" not in value or not name or not (name[0].isalpha() or name[0] == "_") or not name.replace("_", "a").isalnum():
+        raise _BadInput(f"{verb}: --env = {value!r}: NAME=VALUE, the variable the command reads (--env LR={{lr}})")
+    return value
 
 
 def _rules(path):
@@ -82,6 +92,7 @@ def _environment(settings, work):
                 os.path.join(site, "sitecustomize.py"))
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
+    env.update(dict(pair.split("=", 1) for pair in settings.get("env", [])))
     env["PYTHONPATH"] = os.pathsep.join([site, package] + [p for p in [env.get("PYTHONPATH")] if p])
     env["SPIKEHUNT_ATTACH"] = json.dumps({"out": os.path.abspath(settings["out"]), "steps": settings["steps"],
                                           "rules": settings["rules"], "status_dir": work})
@@ -135,8 +146,10 @@ def execute(command, settings, work, echo=True):
 
 
 def watched(statuses):
-    """The status of the process that took the optimizer steps (None when none did)."""
-    return next((s for s in statuses if s["steps"] or s["optimizers"]), None)
+    """The status of the process that took the optimizer steps and wrote their folders (under
+    torchrun, rank 0 of several that stepped); None when none stepped."""
+    stepped = [s for s in statuses if s["steps"] or s["optimizers"]]
+    return next((s for s in stepped if any(w["path"] for w in s["watches"])), stepped[0] if stepped else None)
 
 
 def _run(settings, command, shown, work):
@@ -160,6 +173,9 @@ def _run(settings, command, shown, work):
               f"its last lines:\n{last}", file=sys.stderr)
         return 2
     print()
+    if main.get("monitor_error"):
+        print(f"warning: the monitor stopped watching at step {main['steps']}: {main['monitor_error']} "
+              f"(a bug of spikehunt's: the script went on unwatched)", file=sys.stderr)
     for w in main["watches"]:
         print(f"{w['optimizer']}:")
         print(w["text"])
@@ -220,6 +236,13 @@ def sweep_args(argv):
         steps = int(value) if value.isdigit() and int(value) > 0 else None
         if steps is None:
             raise _BadInput(f"{verb}: --steps = {value!r}: a whole number of optimizer steps, 1 or more")
+    env = []
+    while True:
+        at, value = _flag_value(flags, "--env")
+        if value is None:
+            break
+        env.append(_env_pair(value, verb))
+        flags = _without(flags, at)
     _, out = _flag_value(flags, "--out")
     out = out or "results/sweep"
     try:
@@ -235,7 +258,7 @@ def sweep_args(argv):
                         f"one a knob of the command")
     base = dict(space.get("base") or {})
     params = dict(base.get("params") or {})
-    used = KNOB.findall(" ".join(command))
+    used = KNOB.findall(" ".join(command + env))
     fields = set(dims) | {"seed"} | set(params)
     for name in used:
         if name not in fields:
@@ -247,8 +270,11 @@ def sweep_args(argv):
         if name not in used:
             raise _BadInput(f"{space_path}: dimension {name!r} reaches no {{{name}}} in the command, so its values "
                             f"would never reach the script: put {{{name}}} where the script reads it "
-                            f"(--{name} {{{name}}}, {name}={{{name}}}) or drop the dimension")
+                            f"(--{name} {{{name}}}, {name}={{{name}}}, --env {name.upper()}={{{name}}}) or drop the "
+                            f"dimension")
     params["command"] = command
+    if env:
+        params["env"] = env
     if steps:
         params["burst_steps"] = steps
     base.update({"scenario": "command", "params": params})

@@ -20,7 +20,7 @@ import torch
 import spikehunt
 
 KNOB = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
-RESERVED = ("command", "burst_steps")
+RESERVED = ("command", "burst_steps", "env")
 SEVERITY = {"healthy": 0, "extreme": 1, "timeout": 2, "non_finite": 3, "crashed": 4}  # params of the scenario itself, not knobs of the command
 _scratch = []  # each burst's folder, removed at the next burst and at exit (the harness has read it by then)
 
@@ -76,7 +76,9 @@ class CommandScenario(spikehunt.Scenario):
         if not (isinstance(template, list) and template and all(isinstance(p, str) for p in template)):
             raise spikehunt.ContractError(f"scenario \"command\": params.command is {template!r}: a list of the "
                                           f"command's words, e.g. [\"python\", \"train.py\", \"--lr\", \"{{lr}}\"]")
-        self.command = substitute(template, knob_values(config))
+        values = knob_values(config)
+        self.command = substitute(template, values)
+        self.env = substitute(list(config.params.get("env") or []), values, "params.env")
         self.placeholder = torch.nn.Linear(1, 1)
         self.opt = torch.optim.SGD(self.placeholder.parameters(), lr=0.0)
 
@@ -99,7 +101,7 @@ class CommandScenario(spikehunt.Scenario):
         _scratch.append(work)
         health = self.config.to_dict().get("health", {})
         settings = {"out": os.path.join(work, "out"), "steps": self.planned_steps(), "rules": health,
-                    "threads": self.config.threads}
+                    "threads": self.config.threads, "env": self.env}
         code, tail, statuses = _command.execute(self.command, settings, work, echo=False)
         main = _command.watched(statuses)
         last = "\n".join(tail[-6:])

@@ -2,6 +2,7 @@
 (python/spikehunt/_command.py, _attach.py; docs/commands.md). The scripts in examples/commands
 know nothing of spikehunt: argparse knobs, their own loop, zero_grad/backward/step."""
 import glob
+import json
 import os
 import sys
 
@@ -162,3 +163,26 @@ def test_the_doctor_says_why_it_cannot_examine_a_command(tmp_path):
     config.write_text('{"scenario": "command", "params": {"command": ["python3", "train.py"]}}')
     rc, out, err = spikehunt("doctor", "--config", str(config), script=["-m", "spikehunt"])
     assert rc == 2 and 'scenario = "command" is a training command run in a process of its own' in err, err
+
+
+def test_a_knob_reaches_the_script_through_its_environment(tmp_path):
+    for lr, outcome, code in [(3.0, "non_finite", 1), (0.05, "healthy", 0)]:
+        config = tmp_path / f"command-{lr}.json"
+        config.write_text(json.dumps({"scenario": "command", "threads": 1, "params": {
+            "command": [sys.executable, *MLP, "--epochs", "1"], "env": ["LR={lr}"], "lr": lr}}))
+        rc, out, err = spikehunt("run", "--config", str(config), "--out", str(tmp_path / str(lr)),
+                                 script=["-m", "spikehunt"])
+        assert rc == code, out + err
+        [folder] = folders(tmp_path / str(lr))
+        assert read_json(os.path.join(folder, "verdict.json"))["outcome"] == outcome
+
+
+def test_torchrun_ranks_are_one_global_step_written_by_rank_0(tmp_path):
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    rc, out, err = spikehunt("run", "--out", str(tmp_path), "--", torchrun, "--nproc-per-node", "2",
+                             "examples/commands/train_ddp.py", script=["-m", "spikehunt"])
+    assert rc == 0, out + err
+    assert "optimizer 0 (SGD on DistributedDataParallel)" in out
+    [folder] = folders(tmp_path)
+    trace = read_jsonl(os.path.join(folder, "trace.jsonl"))
+    assert len(trace) == 30 and sum(trace[0]["label_histogram"]) == 64, "both ranks' 32 labels in each step"
