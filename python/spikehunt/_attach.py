@@ -66,6 +66,8 @@ class _State:
         self.ended = None           # why the burst ended early
         self.closed = False
         self.monitor_error = None   # the monitor's own failure, which detached it
+        self.alternate = bool(settings.get("alternate"))  # bench/python/command_bench.py: every other step
+        self.paused = False         # ... unwatched, the hooks returning at once
         self.folders = []
 
 
@@ -110,7 +112,7 @@ def _guarded(hook):
 
     @functools.wraps(hook)
     def guarded(*args, **kwargs):
-        if _state.closed:
+        if _state.closed or _state.paused and hook is not _after_step_hook:
             return None
         try:
             return hook(*args, **kwargs)
@@ -320,9 +322,13 @@ def _before_step(optimizer, args, kwargs):
     return None
 
 
-@_guarded
-def _after_step(optimizer, args, kwargs):
+def _after_step_hook(optimizer, args, kwargs):
     s = _state
+    if s.alternate and optimizer is s.primary or s.alternate and s.primary is None:
+        s.paused = not s.paused
+        if not s.paused:  # the step just ended was unwatched: what it left for the monitor is dropped
+            s.calls, s.micro, s.targets, s.call, s.depth = [], [], None, None, 0
+            return
     if s.closed:
         return
     w = s.watches.get(id(optimizer))
@@ -340,6 +346,9 @@ def _after_step(optimizer, args, kwargs):
         s.ended = f"--steps {s.steps}: the burst's steps are done"
         _close()
         raise SystemExit(0)
+
+
+_after_step = _guarded(_after_step_hook)
 
 
 def _on_exception(kind, value, tb):

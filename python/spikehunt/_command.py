@@ -95,7 +95,9 @@ def _environment(settings, work):
     env.update(dict(pair.split("=", 1) for pair in settings.get("env", [])))
     env["PYTHONPATH"] = os.pathsep.join([site, package] + [p for p in [env.get("PYTHONPATH")] if p])
     env["SPIKEHUNT_ATTACH"] = json.dumps({"out": os.path.abspath(settings["out"]), "steps": settings["steps"],
-                                          "rules": settings["rules"], "status_dir": work})
+                                          "rules": settings["rules"], "status_dir": work,
+                                          "threads": settings.get("threads"),
+                                          "alternate": settings.get("alternate", False)})
     return env
 
 
