@@ -291,4 +291,60 @@ def sweep_args(argv):
         json.dump(converted, f, indent=2)
     os.replace(path + ".tmp", path)
     files = [os.path.abspath(w) for w in command if w.endswith(".py") and os.path.isfile(w)]
+    if "--no-repeat-check" in flags:
+        flags.remove("--no-repeat-check")
+    else:
+        problem = repeatability(converted)
+        if problem:
+            print(f"warning: {problem}", file=sys.stderr)
     return [verb, "--space", path, *flags], files
+
+
+def _simplest(spec):
+    """A dimension's simplest value (docs/sweeps.md): `simplest`, else a range's low end, a set's first."""
+    if "simplest" in spec:
+        return spec["simplest"]
+    for kind in ("log_range", "range"):
+        if kind in spec:
+            return spec[kind][0]
+    return spec["set"][0] if spec.get("set") else None
+
+
+def repeatability(converted, steps=3):
+    """Runs the space's simplest config twice for `steps` steps: None when both runs saw the same input
+    and label hashes at every step, else what differed first (a line). The sweep says it before it
+    spends its budget: replays of a script whose data differ from run to run cannot reproduce."""
+    from ._command_scenario import knob_values, substitute
+    from . import Config
+    base = json.loads(json.dumps(converted["base"]))
+    for path, spec in converted["dimensions"].items():
+        value = _simplest(spec)
+        node, keys = base, path.split(".")
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = value
+    values = knob_values(Config(base))
+    command = substitute(base["params"]["command"], values)
+    env = substitute(list(base["params"].get("env") or []), values, "params.env")
+    runs = []
+    for _ in range(2):
+        work = tempfile.mkdtemp(prefix="spikehunt-repeat-")
+        try:
+            settings = {"out": os.path.join(work, "out"), "steps": steps, "rules": {}, "env": env,
+                        "threads": base.get("threads")}
+            code, tail, statuses = execute(command, settings, work, echo=False)
+            main = watched(statuses)
+            if main is None or not main["watches"][0]["path"]:
+                return None  # it does not train here: each burst will say why
+            with open(os.path.join(main["watches"][0]["path"], "trace.jsonl")) as f:
+                runs.append([json.loads(line) for line in f])
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    for a, b in zip(*runs):
+        for key, what in (("input_hash", "input"), ("label_hash", "label")):
+            if a[key] != b[key]:
+                return (f"two runs of the same knobs ({' '.join(command)}) saw other data at step {a['step']}: "
+                        f"{what} hash {a[key]} then {b[key]}. The script's data differ from run to run (what does "
+                        f"that: an unseeded shuffle or init, a time-based seed, data files that change), so its "
+                        f"repros will not replay: seed it from a knob (--seed {{seed}}, a dimension of the space)")
+    return None

@@ -186,3 +186,20 @@ def test_torchrun_ranks_are_one_global_step_written_by_rank_0(tmp_path):
     [folder] = folders(tmp_path)
     trace = read_jsonl(os.path.join(folder, "trace.jsonl"))
     assert len(trace) == 30 and sum(trace[0]["label_histogram"]) == 64, "both ranks' 32 labels in each step"
+
+
+def test_a_sweep_says_before_it_starts_that_a_script_is_not_repeatable(tmp_path):
+    script = tmp_path / "unseeded.py"
+    script.write_text("import argparse, torch, torch.nn as nn, torch.nn.functional as F\n"
+                      "p = argparse.ArgumentParser(); p.add_argument('--lr', type=float); a = p.parse_args()\n"
+                      "m = nn.Linear(4, 2); o = torch.optim.SGD(m.parameters(), lr=a.lr)\n"
+                      "for i in range(5):\n"
+                      "    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))  # no seed anywhere\n"
+                      "    o.zero_grad(); F.cross_entropy(m(x), y).backward(); o.step()\n")
+    space = tmp_path / "space.json"
+    space.write_text('{"dimensions": {"lr": {"log_range": [0.01, 1]}}}')
+    rc, out, err = spikehunt("sweep", "--space", str(space), "--runs", "1", "--out", str(tmp_path / "out"),
+                             "--no-progress", "--", sys.executable, str(script), "--lr", "{lr}",
+                             script=["-m", "spikehunt"])
+    assert rc == 0, out + err
+    assert "saw other data at step 0: input hash" in err and "its repros will not replay" in err, err
