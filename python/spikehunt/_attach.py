@@ -112,6 +112,10 @@ def _guarded(hook):
 
     @functools.wraps(hook)
     def guarded(*args, **kwargs):
+        # Inside a torch.compile'd region Dynamo would trace the hook into the graph: there it does
+        # nothing (the compiled module's own call, outside the region, is the model's root call).
+        if _state.torch.compiler.is_compiling():
+            return None
         if _state.closed or _state.paused and hook is not _after_step_hook:
             return None
         try:

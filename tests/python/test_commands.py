@@ -203,3 +203,12 @@ def test_a_sweep_says_before_it_starts_that_a_script_is_not_repeatable(tmp_path)
                              script=["-m", "spikehunt"])
     assert rc == 0, out + err
     assert "saw other data at step 0: input hash" in err and "its repros will not replay" in err, err
+
+
+def test_a_compiled_model_is_watched_from_its_compiled_modules_call(tmp_path):
+    rc, out, err = run(tmp_path, "examples/commands/train_compiled.py")
+    assert rc == 0 and "done" in out, out + err
+    assert "optimizer 0 (SGD on OptimizedModule)" in out and "the monitor stopped watching" not in err
+    [folder] = folders(tmp_path)
+    trace = read_jsonl(os.path.join(folder, "trace.jsonl"))
+    assert len(trace) == 20 and trace[0]["input_max"] > 0 and sum(trace[0]["label_histogram"]) == 32
