@@ -294,9 +294,8 @@ def sweep_args(argv):
     if "--no-repeat-check" in flags:
         flags.remove("--no-repeat-check")
     else:
-        problem = repeatability(converted)
-        if problem:
-            print(f"warning: {problem}", file=sys.stderr)
+        for line in preflight(converted):
+            print(f"warning: {line}", file=sys.stderr)
     return [verb, "--space", path, *flags], files
 
 
@@ -310,41 +309,70 @@ def _simplest(spec):
     return spec["set"][0] if spec.get("set") else None
 
 
-def repeatability(converted, steps=3):
-    """Runs the space's simplest config twice for `steps` steps: None when both runs saw the same input
-    and label hashes at every step, else what differed first (a line). The sweep says it before it
-    spends its budget: replays of a script whose data differ from run to run cannot reproduce."""
+def _other(spec):
+    """Another value of a dimension than its simplest: a range's other end, a set's next value."""
+    simplest = _simplest(spec)
+    for kind in ("log_range", "range"):
+        if kind in spec:
+            return spec[kind][1] if spec[kind][0] == simplest else spec[kind][0]
+    values = spec.get("set") or []
+    return next((v for v in values if v != simplest), None)
+
+
+def _short_run(converted, changes, steps):
+    """The first `steps` records of the space's base config with `changes` ({dimension: value}; the
+    others at their simplest); None when the command does not train (each burst will say why)."""
     from ._command_scenario import knob_values, substitute
     from . import Config
     base = json.loads(json.dumps(converted["base"]))
     for path, spec in converted["dimensions"].items():
-        value = _simplest(spec)
         node, keys = base, path.split(".")
         for key in keys[:-1]:
             node = node.setdefault(key, {})
-        node[keys[-1]] = value
+        node[keys[-1]] = changes.get(path, _simplest(spec))
     values = knob_values(Config(base))
     command = substitute(base["params"]["command"], values)
     env = substitute(list(base["params"].get("env") or []), values, "params.env")
-    runs = []
-    for _ in range(2):
-        work = tempfile.mkdtemp(prefix="spikehunt-repeat-")
-        try:
-            settings = {"out": os.path.join(work, "out"), "steps": steps, "rules": {}, "env": env,
-                        "threads": base.get("threads")}
-            code, tail, statuses = execute(command, settings, work, echo=False)
-            main = watched(statuses)
-            if main is None or not main["watches"][0]["path"]:
-                return None  # it does not train here: each burst will say why
-            with open(os.path.join(main["watches"][0]["path"], "trace.jsonl")) as f:
-                runs.append([json.loads(line) for line in f])
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    for a, b in zip(*runs):
+    work = tempfile.mkdtemp(prefix="spikehunt-preflight-")
+    try:
+        settings = {"out": os.path.join(work, "out"), "steps": steps, "rules": {}, "env": env,
+                    "threads": base.get("threads")}
+        code, tail, statuses = execute(command, settings, work, echo=False)
+        main = watched(statuses)
+        if main is None or not main["watches"][0]["path"]:
+            return None, command
+        with open(os.path.join(main["watches"][0]["path"], "trace.jsonl")) as f:
+            return [json.loads(line) for line in f], command
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def preflight(converted, steps=3):
+    """What a sweep over a command says before it spends its budget (a list of lines): the space's
+    simplest knobs run twice for `steps` steps — a script whose data differ between the two cannot
+    replay; then once more for each dimension at another value — a knob whose value changes nothing
+    in those steps (the same hashes and loss bits) may never reach the script."""
+    first, command = _short_run(converted, {}, steps)
+    if first is None:
+        return []
+    again, _ = _short_run(converted, {}, steps)
+    for a, b in zip(first, again or []):
         for key, what in (("input_hash", "input"), ("label_hash", "label")):
             if a[key] != b[key]:
-                return (f"two runs of the same knobs ({' '.join(command)}) saw other data at step {a['step']}: "
+                return [f"two runs of the same knobs ({' '.join(command)}) saw other data at step {a['step']}: "
                         f"{what} hash {a[key]} then {b[key]}. The script's data differ from run to run (what does "
                         f"that: an unseeded shuffle or init, a time-based seed, data files that change), so its "
-                        f"repros will not replay: seed it from a knob (--seed {{seed}}, a dimension of the space)")
-    return None
+                        f"repros will not replay: seed it from a knob (--seed {{seed}}, a dimension of the space)"]
+    said = []
+    same = lambda r: [(x["input_hash"], x["label_hash"], x["loss"]) for x in r]  # noqa: E731
+    for path, spec in converted["dimensions"].items():
+        other = _other(spec)
+        if other is None:
+            continue
+        moved, _ = _short_run(converted, {path: other}, steps)
+        if moved is not None and same(moved) == same(first):
+            name = path[len("params."):] if path.startswith("params.") else path
+            said.append(f"knob {{{name}}}: {_simplest(spec)!r} and {other!r} gave the same first {steps} steps, bit "
+                        f"for bit (input and label hashes, losses): its value may never reach the script (a flag "
+                        f"the script does not read, or overridden), or act only later")
+    return said

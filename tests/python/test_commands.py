@@ -134,7 +134,7 @@ SWEEP = ["examples/commands/train_mlp.py", "--lr", "{lr}", "--momentum", "{momen
 def test_a_sweep_over_a_commands_knobs_finds_shrinks_and_replays_its_unstable_region(tmp_path):
     rc, out, err = spikehunt("sweep", "--space", "examples/commands/space.json", "--runs", "8", "--out",
                              str(tmp_path), "--max-shrinks", "1", "--shrink-bursts", "12", "--no-progress",
-                             "--", sys.executable, *SWEEP, script=["-m", "spikehunt"])
+                             "--no-repeat-check", "--", sys.executable, *SWEEP, script=["-m", "spikehunt"])
     assert rc == 1, out + err
     assert "1. non_finite:" in out and "params.lr=" in out, out  # the minimal config: the knob that matters
     assert "replay: reproduced: non_finite" in out, out
@@ -212,3 +212,23 @@ def test_a_compiled_model_is_watched_from_its_compiled_modules_call(tmp_path):
     [folder] = folders(tmp_path)
     trace = read_jsonl(os.path.join(folder, "trace.jsonl"))
     assert len(trace) == 20 and trace[0]["input_max"] > 0 and sum(trace[0]["label_histogram"]) == 32
+
+
+def test_a_sweep_says_which_knob_changes_nothing_in_the_script(tmp_path):
+    script = tmp_path / "ignores_momentum.py"
+    script.write_text("import argparse, torch, torch.nn as nn, torch.nn.functional as F\n"
+                      "p = argparse.ArgumentParser(); p.add_argument('--lr', type=float)\n"
+                      "p.add_argument('--momentum', type=float); a = p.parse_args()\n"
+                      "torch.manual_seed(0); m = nn.Linear(4, 2)\n"
+                      "o = torch.optim.SGD(m.parameters(), lr=a.lr)  # the momentum flag is never read\n"
+                      "for i in range(5):\n"
+                      "    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))\n"
+                      "    o.zero_grad(); F.cross_entropy(m(x), y).backward(); o.step()\n")
+    space = tmp_path / "space.json"
+    space.write_text('{"dimensions": {"lr": {"log_range": [0.01, 1]}, "momentum": {"range": [0, 0.9]}}}')
+    rc, out, err = spikehunt("sweep", "--space", str(space), "--runs", "1", "--out", str(tmp_path / "out"),
+                             "--no-progress", "--", sys.executable, str(script), "--lr", "{lr}", "--momentum",
+                             "{momentum}", script=["-m", "spikehunt"])
+    assert rc == 0, out + err
+    assert "knob {momentum}: 0 and 0.9 gave the same first 3 steps, bit for bit" in err, err
+    assert "knob {lr}" not in err and "saw other data" not in err, err
