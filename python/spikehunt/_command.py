@@ -68,15 +68,20 @@ def _env_pair(value, verb):
     return value
 
 
-def _rules(path):
-    """A rules file's health fields (`calibrate` writes one)."""
+def _read_json(path, what):
+    """A JSON input file; _BadInput naming the file (and the line) when it cannot be read or parsed."""
     try:
         with open(path) as f:
-            rules = json.load(f)
+            return json.load(f)
     except OSError as e:
-        raise _BadInput(f"{path}: cannot read the rules file: {e.strerror}") from None
+        raise _BadInput(f"{path}: cannot read the {what}: {e.strerror}") from None
     except json.JSONDecodeError as e:
         raise _BadInput(f"{path}:{e.lineno}: not JSON: {e.msg}") from None
+
+
+def _rules(path):
+    """A rules file's health fields (`calibrate` writes one)."""
+    rules = _read_json(path, "rules file")
     health = rules.get("health") if isinstance(rules, dict) else None
     if not isinstance(health, dict):
         raise _BadInput(f"{path}: field health: a rules file holds an object \"health\" of rule fields "
@@ -247,13 +252,7 @@ def sweep_args(argv):
         flags = _without(flags, at)
     _, out = _flag_value(flags, "--out")
     out = out or "results/sweep"
-    try:
-        with open(space_path) as f:
-            space = json.load(f)
-    except OSError as e:
-        raise _BadInput(f"{space_path}: cannot read the space: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise _BadInput(f"{space_path}:{e.lineno}: not JSON: {e.msg}") from None
+    space = _read_json(space_path, "space")
     dims = space.get("dimensions") if isinstance(space, dict) else None
     if not isinstance(dims, dict) or not dims:
         raise _BadInput(f"{space_path}: field dimensions: a sweep over a command needs an object of dimensions, "

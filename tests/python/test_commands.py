@@ -188,19 +188,27 @@ def test_torchrun_ranks_are_one_global_step_written_by_rank_0(tmp_path):
     assert len(trace) == 30 and sum(trace[0]["label_histogram"]) == 64, "both ranks' 32 labels in each step"
 
 
-def test_a_sweep_says_before_it_starts_that_a_script_is_not_repeatable(tmp_path):
-    script = tmp_path / "unseeded.py"
+def sweep_a_script(tmp_path, setup, flags, dimensions):
+    """A one-run sweep of a small linear model's script (`setup` seeds it or not and builds the optimizer
+    `o` from the parsed flags `a`), the space's dimensions given: (exit code, stdout, stderr)."""
+    script = tmp_path / "train.py"
     script.write_text("import argparse, torch, torch.nn as nn, torch.nn.functional as F\n"
-                      "p = argparse.ArgumentParser(); p.add_argument('--lr', type=float); a = p.parse_args()\n"
-                      "m = nn.Linear(4, 2); o = torch.optim.SGD(m.parameters(), lr=a.lr)\n"
+                      "p = argparse.ArgumentParser()\n"
+                      + "".join(f"p.add_argument('--{f}', type=float)\n" for f in flags) +
+                      "a = p.parse_args()\n" + setup +
                       "for i in range(5):\n"
-                      "    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))  # no seed anywhere\n"
+                      "    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))\n"
                       "    o.zero_grad(); F.cross_entropy(m(x), y).backward(); o.step()\n")
     space = tmp_path / "space.json"
-    space.write_text('{"dimensions": {"lr": {"log_range": [0.01, 1]}}}')
-    rc, out, err = spikehunt("sweep", "--space", str(space), "--runs", "1", "--out", str(tmp_path / "out"),
-                             "--no-progress", "--", sys.executable, str(script), "--lr", "{lr}",
-                             script=["-m", "spikehunt"])
+    space.write_text(json.dumps({"dimensions": dimensions}))
+    knobs = [w for f in flags for w in (f"--{f}", f"{{{f}}}")]
+    return spikehunt("sweep", "--space", str(space), "--runs", "1", "--out", str(tmp_path / "out"), "--no-progress",
+                     "--", sys.executable, str(script), *knobs, script=["-m", "spikehunt"])
+
+
+def test_a_sweep_says_before_it_starts_that_a_script_is_not_repeatable(tmp_path):
+    rc, out, err = sweep_a_script(tmp_path, "m = nn.Linear(4, 2); o = torch.optim.SGD(m.parameters(), lr=a.lr)\n",
+                                  ["lr"], {"lr": {"log_range": [0.01, 1]}})  # no seed anywhere
     assert rc == 0, out + err
     assert "saw other data at step 0: input hash" in err and "its repros will not replay" in err, err
 
@@ -215,20 +223,9 @@ def test_a_compiled_model_is_watched_from_its_compiled_modules_call(tmp_path):
 
 
 def test_a_sweep_says_which_knob_changes_nothing_in_the_script(tmp_path):
-    script = tmp_path / "ignores_momentum.py"
-    script.write_text("import argparse, torch, torch.nn as nn, torch.nn.functional as F\n"
-                      "p = argparse.ArgumentParser(); p.add_argument('--lr', type=float)\n"
-                      "p.add_argument('--momentum', type=float); a = p.parse_args()\n"
-                      "torch.manual_seed(0); m = nn.Linear(4, 2)\n"
-                      "o = torch.optim.SGD(m.parameters(), lr=a.lr)  # the momentum flag is never read\n"
-                      "for i in range(5):\n"
-                      "    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))\n"
-                      "    o.zero_grad(); F.cross_entropy(m(x), y).backward(); o.step()\n")
-    space = tmp_path / "space.json"
-    space.write_text('{"dimensions": {"lr": {"log_range": [0.01, 1]}, "momentum": {"range": [0, 0.9]}}}')
-    rc, out, err = spikehunt("sweep", "--space", str(space), "--runs", "1", "--out", str(tmp_path / "out"),
-                             "--no-progress", "--", sys.executable, str(script), "--lr", "{lr}", "--momentum",
-                             "{momentum}", script=["-m", "spikehunt"])
+    rc, out, err = sweep_a_script(tmp_path, "torch.manual_seed(0); m = nn.Linear(4, 2)\n"
+                                  "o = torch.optim.SGD(m.parameters(), lr=a.lr)  # a.momentum is never read\n",
+                                  ["lr", "momentum"], {"lr": {"log_range": [0.01, 1]}, "momentum": {"range": [0, 0.9]}})
     assert rc == 0, out + err
     assert "knob {momentum}: 0 and 0.9 gave the same first 3 steps, bit for bit" in err, err
     assert "knob {lr}" not in err and "saw other data" not in err, err
