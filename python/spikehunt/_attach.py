@@ -65,6 +65,7 @@ class _State:
         self.interrupted = False
         self.ended = None           # why the burst ended early
         self.closed = False
+        self.exited = False
         self.monitor_error = None   # the monitor's own failure, which detached it
         self.alternate = bool(settings.get("alternate"))  # bench/python/command_bench.py: every other step
         self.paused = False         # ... unwatched, the hooks returning at once
@@ -103,6 +104,16 @@ def attach():
         hook(kind, value, tb)
     sys.excepthook = excepthook
     atexit.register(_at_exit)
+    # os._exit() skips atexit: this process's own call closes the watches first (a forked child,
+    # a DataLoader worker, exits as it asks).
+    real_exit, pid = os._exit, os.getpid()
+
+    def exit_now(code=0):
+        if os.getpid() == pid:
+            _at_exit()
+        real_exit(code)
+    os._exit = exit_now
+    _write_status({"pid": pid, "argv": sys.argv, "torch": True, "steps": 0, "optimizers": 0, "abrupt": True})
 
 
 def _guarded(hook):
@@ -384,11 +395,19 @@ def _close():
 
 def _at_exit():
     s = _state
+    if s.exited:
+        return
+    s.exited = True
     _close()
-    status = {"pid": os.getpid(), "argv": sys.argv, "torch": True, "steps": s.done,
-              "optimizers": len(s.order), "skipped": s.skipped, "ended": s.ended, "error": s.error,
-              "interrupted": s.interrupted, "monitor_error": s.monitor_error, "watches": s.folders}
-    path = os.path.join(s.status_dir, f"status-{os.getpid()}.json")
+    _write_status({"pid": os.getpid(), "argv": sys.argv, "torch": True, "steps": s.done,
+                   "optimizers": len(s.order), "skipped": s.skipped, "ended": s.ended, "error": s.error,
+                   "interrupted": s.interrupted, "monitor_error": s.monitor_error, "watches": s.folders})
+
+
+def _write_status(status):
+    """status-<pid>.json for the launcher: written when torch is imported (`abrupt`: the process has not
+    ended through its exit handlers yet, which a kill or a crash leaves as it is), then at exit."""
+    path = os.path.join(_state.status_dir, f"status-{os.getpid()}.json")
     with open(path + ".tmp", "w") as f:
         json.dump(status, f)
     os.replace(path + ".tmp", path)

@@ -152,6 +152,14 @@ def execute(command, settings, work, echo=True):
     return code, list(tail), _statuses(work)
 
 
+def abrupt(statuses, code):
+    """What to say of a process that imported torch and ended without its exit handlers."""
+    pids = ", ".join(str(s["pid"]) for s in statuses if s.get("abrupt"))
+    how = f"signal {-code}" if code < 0 else f"exit {code}"
+    return (f"the Python process that imported torch (pid {pids}) ended without its exit handlers ({how}: a signal, "
+            f"or a crash in native code), so its steps were not written")
+
+
 def watched(statuses):
     """The status of the process that took the optimizer steps and wrote their folders (under
     torchrun, rank 0 of several that stepped); None when none stepped."""
@@ -175,6 +183,9 @@ def _run(settings, command, shown, work):
               f"nothing to watch: give the command that trains (python train.py ..., torchrun ... train.py); "
               f"its last lines:\n{last}", file=sys.stderr)
         return 2
+    if main is None and any(s.get("abrupt") for s in statuses):
+        print(f"crashed    run -- {shown}: {abrupt(statuses, code)}; its last lines:\n{last}", file=sys.stderr)
+        return 1
     if main is None:
         print(f"error: run -- {shown}: the command imported torch but never took an optimizer step (exit {code}); "
               f"its last lines:\n{last}", file=sys.stderr)

@@ -108,6 +108,7 @@ class CommandScenario(spikehunt.Scenario):
         shown = " ".join(self.command)
         if main is None:
             what = ("no Python process of it imported torch" if not statuses else
+                    _command.abrupt(statuses, code) if any(s.get("abrupt") for s in statuses) else
                     "it imported torch but never took an optimizer step")
             raise RuntimeError(f"the command {shown} (exit {code}): {what}; its last lines:\n{last}")
         # Several optimizers (a GAN): the burst is the one that fared worst (the first of equals).

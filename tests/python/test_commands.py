@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from conftest import read_json, read_jsonl, spikehunt
+from conftest import SOURCE, read_json, read_jsonl, spikehunt
 
 MLP = ["examples/commands/train_mlp.py"]
 GAN = ["examples/commands/train_gan.py"]
@@ -229,3 +229,14 @@ def test_a_sweep_says_which_knob_changes_nothing_in_the_script(tmp_path):
     assert rc == 0, out + err
     assert "knob {momentum}: 0 and 0.9 gave the same first 3 steps, bit for bit" in err, err
     assert "knob {lr}" not in err and "saw other data" not in err, err
+
+
+def test_os_exit_still_commits_the_steps_and_a_killed_process_is_crashed(tmp_path):
+    script = open(os.path.join(SOURCE, MLP[0])).read() + "\nimport os\nos._exit(0)  # as scripts do to skip teardown\n"
+    rc, out, err = run(tmp_path / "exit", "-c", script, "--epochs", "1")
+    assert rc == 0, out + err
+    [folder] = folders(tmp_path / "exit")
+    assert read_json(os.path.join(folder, "verdict.json"))["steps_run"] == 32
+    rc, out, err = spikehunt("run", "--out", str(tmp_path / "kill"), "--", sys.executable, "-c",
+                             "import os, signal, torch; os.kill(os.getpid(), signal.SIGKILL)", script=["-m", "spikehunt"])
+    assert rc == 1 and "ended without its exit handlers (signal 9" in err, err
