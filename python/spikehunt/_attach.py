@@ -82,6 +82,8 @@ def attach():
     torch = _state.torch
     if settings.get("threads"):  # the config's thread count: same config, same threads, same bits
         torch.set_num_threads(int(settings["threads"]))
+    if settings.get("deterministic"):  # a sweep's burst: torch's deterministic kernels where it has them
+        torch.use_deterministic_algorithms(True, warn_only=True)
     from torch.nn.modules import module as nn_module
     from torch.optim import optimizer as optim
     nn_module.register_module_forward_pre_hook(_before_forward)

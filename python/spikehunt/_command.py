@@ -98,10 +98,13 @@ def _environment(settings, work):
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
     env.update(dict(pair.split("=", 1) for pair in settings.get("env", [])))
+    if settings.get("deterministic"):  # what cuBLAS needs to be deterministic (torch's docs), unless set
+        env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     env["PYTHONPATH"] = os.pathsep.join([site, package] + [p for p in [env.get("PYTHONPATH")] if p])
     env["SPIKEHUNT_ATTACH"] = json.dumps({"out": os.path.abspath(settings["out"]), "steps": settings["steps"],
                                           "rules": settings["rules"], "status_dir": work,
                                           "threads": settings.get("threads"),
+                                          "deterministic": settings.get("deterministic", False),
                                           "alternate": settings.get("alternate", False)})
     return env
 

@@ -101,7 +101,7 @@ class CommandScenario(spikehunt.Scenario):
         _scratch.append(work)
         health = self.config.to_dict().get("health", {})
         settings = {"out": os.path.join(work, "out"), "steps": self.planned_steps(), "rules": health,
-                    "threads": self.config.threads, "env": self.env}
+                    "threads": self.config.threads, "env": self.env, "deterministic": True}
         code, tail, statuses = _command.execute(self.command, settings, work, echo=False)
         main = _command.watched(statuses)
         last = "\n".join(tail[-6:])

@@ -240,3 +240,17 @@ def test_os_exit_still_commits_the_steps_and_a_killed_process_is_crashed(tmp_pat
     rc, out, err = spikehunt("run", "--out", str(tmp_path / "kill"), "--", sys.executable, "-c",
                              "import os, signal, torch; os.kill(os.getpid(), signal.SIGKILL)", script=["-m", "spikehunt"])
     assert rc == 1 and "ended without its exit handlers (signal 9" in err, err
+
+
+def test_a_commands_burst_runs_with_torchs_deterministic_kernels(tmp_path):
+    script = ("import os, torch, torch.nn.functional as F\n"
+              "assert torch.are_deterministic_algorithms_enabled(), 'not deterministic'\n"
+              "assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':4096:8'\n"
+              "torch.manual_seed(0); m = torch.nn.Linear(4, 2); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+              "o.zero_grad(); F.cross_entropy(m(torch.randn(8, 4)), torch.randint(0, 2, (8,))).backward(); o.step()\n")
+    config = tmp_path / "command.json"
+    config.write_text(json.dumps({"scenario": "command", "params": {"command": [sys.executable, "-c", script]}}))
+    rc, out, err = spikehunt("run", "--config", str(config), "--out", str(tmp_path / "out"), script=["-m", "spikehunt"])
+    assert rc == 0, out + err  # a failed assertion in the script would be a crashed burst, exit 1
+    [folder] = folders(tmp_path / "out")
+    assert read_json(os.path.join(folder, "verdict.json"))["steps_run"] == 1
