@@ -115,10 +115,15 @@ double loss_of_rows(Scenario& s, const Batch& b, const torch::Tensor& rows) {
   return guarded("loss", [&] { return s.loss(out, b.targets.index_select(0, rows.to(b.targets.device()))); }).item<double>();
 }
 
+// What the per-class probes read: integer class ids, one a sample, at least 4 samples.
+bool class_id_targets(const torch::Tensor& y) {
+  return y.defined() && !y.is_floating_point() && y.dim() == 1 && y.size(0) >= 4;
+}
+
 VitalSign ignored_class(Scenario& s, const Batch& b) {
   VitalSign v = sign("ignored_class");
   const torch::Tensor& y = b.targets;
-  if (!y.defined() || y.is_floating_point() || y.dim() != 1 || y.size(0) < 4) {
+  if (!class_id_targets(y)) {
     v.evidence = "no class-id targets of one dimension";
     return v;
   }
@@ -175,7 +180,7 @@ VitalSign class_weights(Scenario& s, const std::vector<Batch>& batches) {
   VitalSign v = sign("class_weights");
   const Batch& b = batches.front();
   const torch::Tensor& y = b.targets;
-  if (!y.defined() || y.is_floating_point() || y.dim() != 1 || y.size(0) < 4) {
+  if (!class_id_targets(y)) {
     v.evidence = "no class-id targets of one dimension";
     return v;
   }
