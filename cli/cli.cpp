@@ -141,14 +141,15 @@ int Cli::main(int argc, char** argv) {
               << "\n";
     return kExitBadInput;
   }
-  // `run -- COMMAND` (a training command of the user's, unmodified) is the Python package's: the
-  // monitor goes into the command's Python process (python/spikehunt/_command.py).
-  for (int i = 1; verb == "run" && i < argc; ++i) {
+  // `run|sweep|doctor -- COMMAND` (a training command of the user's, unmodified) is the Python
+  // package's: the monitor goes into the command's Python process (python/spikehunt/_command.py).
+  const bool on_commands = verb == "run" || verb == "sweep" || verb == "doctor";
+  for (int i = 1; on_commands && i < argc; ++i) {
     if (std::string(argv[i]) != "--") continue;
-    std::cerr << InputError(program + " run", "--", "",
-                            "runs a training command under the monitor from the Python package only",
-                            "python3 -m spikehunt run [--steps N] -- COMMAND ... (pip install . puts it on PATH as "
-                            "spikehunt; docs/commands.md)")
+    std::cerr << InputError(program + " " + verb, "--", "",
+                            "takes a training command (" + verb + " -- COMMAND) from the Python package only",
+                            "python3 -m spikehunt " + verb + " [flags] -- COMMAND ... (pip install . puts it on PATH "
+                            "as spikehunt; docs/commands.md)")
                      .what()
               << "\n";
     return kExitBadInput;

@@ -109,8 +109,8 @@ int doctor_verb(const DoctorArgs& a) {
       throw InputError(a.config.empty() ? "--set" : a.config, "scenario", "\"command\"",
                        "is a training command run in a process of its own: the doctor's probes act on a model "
                        "they hold, which a command does not give them",
-                       "spikehunt run -- COMMAND watches its steps; for the doctor, write it as a Scenario "
-                       "(docs/commands.md)");
+                       "spikehunt doctor -- COMMAND (the command's own words, from the Python package) runs "
+                       "the doctor inside its process (docs/commands.md)");
     }
     if (config.scenario == "standard") {  // load the data once for every sign
       auto data = std::make_shared<const Dataset>(load_dataset(config.dataset));

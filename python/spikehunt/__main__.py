@@ -41,6 +41,9 @@ def run(argv):
     code_files = [f for f in os.environ.get("SPIKEHUNT_COMMAND_FILES", "").split(os.pathsep) if f]
     if "--" in rest and rest[:1] == ["run"]:  # a training command of the user's, unmodified
         return _command.run(rest[1:])
+    if "--" in rest and rest[:1] == ["doctor"]:  # ... the doctor on it
+        from . import _command_doctor
+        return _command_doctor.run(rest[1:])
     if "--" in rest and rest[:1] == ["sweep"]:  # ... and a sweep over its knobs
         try:
             rest, code_files = _command.sweep_args(rest)

@@ -30,10 +30,11 @@ _state = None
 
 class _Call:
     """One call of a root module while training: its inputs, outputs and leaf taps."""
-    __slots__ = ("module", "inputs", "outputs", "taps", "labels")
+    __slots__ = ("module", "inputs", "outputs", "taps", "labels", "plain")
 
     def __init__(self, module, inputs, labels):
         self.module, self.inputs, self.outputs, self.taps, self.labels = module, inputs, None, [], labels
+        self.plain = False  # called on one tensor, no keywords (what `doctor -- COMMAND`'s copies can replay)
 
 
 class _State:
@@ -70,6 +71,10 @@ class _State:
         self.alternate = bool(settings.get("alternate"))  # bench/python/command_bench.py: every other step
         self.paused = False         # ... unwatched, the hooks returning at once
         self.folders = []
+        self.capture = None         # `doctor -- COMMAND`: what its probes need (_capture.py)
+        if settings.get("doctor"):
+            from ._capture import Capture
+            self.capture = Capture(settings["doctor"])
 
 
 def attach():
@@ -163,10 +168,12 @@ def _before_forward(module, args):
         return None
     from torch.nn.modules.loss import _Loss
     if isinstance(module, _Loss):
-        if len(args) > 1 and isinstance(args[1], s.torch.Tensor) and s.targets is None:
+        if len(args) > 1 and isinstance(args[1], s.torch.Tensor) and s.targets is None and s.torch.is_grad_enabled():
             s.targets = args[1]
     elif _training(module):
         s.call = _Call(module, None, None)
+        if s.capture is not None:
+            s.capture.first_call(module)
         if id(module) not in s.names:
             s.names[id(module)] = {id(m): n for n, m in module.named_modules() if n}
             s.roots.append(module)
@@ -178,10 +185,17 @@ def _after_forward(module, args, kwargs, output):
     s = _state
     s.depth = max(s.depth - 1, 0)
     call = s.call
+    if s.capture is not None and s.depth == 0 and module is not getattr(call, "module", None):
+        from torch.nn.modules.loss import _Loss
+        if isinstance(module, _Loss):
+            s.capture.loss_call(module, args, kwargs, output)
+        else:
+            s.capture.eval_call(module, args, kwargs, _main_output(output))
     if call is None:
         return None
     if s.depth == 0 and module is call.module:
         labels = kwargs.get("labels")
+        call.plain = len(args) == 1 and isinstance(args[0], s.torch.Tensor) and not kwargs
         call.inputs = _first_tensor(args, kwargs)
         call.labels = labels if isinstance(labels, s.torch.Tensor) else None
         call.outputs = _main_output(output)
@@ -216,6 +230,8 @@ def _on_backward(loss):
     if s.closed or not loss.requires_grad or loss.numel() != 1:
         return
     loss = s.scaled.pop(id(loss), loss)
+    if s.capture is not None:
+        s.capture.backward(loss)
     s.micro.append((s.calls, loss.detach(), s.targets))
     s.calls, s.targets, s.call, s.depth = [], None, None, 0
 
@@ -237,9 +253,13 @@ def _patch_functional_losses(torch):
         @functools.wraps(loss)
         def monitored(*args, _loss=loss, **kwargs):
             target = args[1] if len(args) > 1 else kwargs.get("target")
-            if isinstance(target, torch.Tensor) and _state.targets is None and not _state.closed:
+            if (isinstance(target, torch.Tensor) and _state.targets is None and not _state.closed
+                    and torch.is_grad_enabled()):  # an evaluation's loss (no_grad) gives no step its targets
                 _state.targets = target
-            return _loss(*args, **kwargs)
+            output = _loss(*args, **kwargs)
+            if _state.capture is not None and not _state.closed and _state.depth == 0:
+                _state.capture.loss_call(_loss, args, kwargs, output)
+            return output
         setattr(functional, name, monitored)
 
 
@@ -318,7 +338,9 @@ def _before_step(optimizer, args, kwargs):
     micro = s.micro or s.last_micro
     s.last_micro, s.micro = micro, []
     w = _watch_of(optimizer, micro)
-    if w.ended is not None:
+    if w.ended is not None:  # the doctor's capture goes on past the watch's end: it wants the data
+        if s.capture is not None and optimizer is s.primary:
+            s.capture.step(optimizer, w._roots, [c for calls, _, _ in micro for c in calls], len(s.order) - 1)
         return None
     torch = s.torch
     empty = torch.zeros(0, dtype=torch.long)
@@ -336,6 +358,8 @@ def _before_step(optimizer, args, kwargs):
     if not batches:  # a step without a backward this process saw (gradients set by hand)
         batches = [(empty, empty, torch.zeros(()), torch.zeros(()), [])]
     w._pending = w._replay(batches) or w._after_backward()
+    if s.capture is not None and optimizer is s.primary:
+        s.capture.step(optimizer, w._roots, [c for calls, _, _ in micro for c in calls], len(s.order) - 1)
     return None
 
 
@@ -349,7 +373,11 @@ def _after_step_hook(optimizer, args, kwargs):
     if s.closed:
         return
     w = s.watches.get(id(optimizer))
+    capturing = s.capture is not None and optimizer is s.primary  # `doctor -- COMMAND`: until it has its batches
     if w is None or w.ended is not None and w._pending is None:
+        if capturing and w is not None and s.capture.complete():
+            _close()
+            raise SystemExit(0)
         return
     record, w._pending = w._pending or w._finish(), None
     if optimizer is s.primary:
@@ -357,6 +385,12 @@ def _after_step_hook(optimizer, args, kwargs):
     if w.ended is not None:
         s.ended = f"{w._label} ended at step {record['step']}: {record['health']}" + (
             f" ({record['fault']})" if record.get("fault") else "")
+        if not capturing or s.capture.complete():
+            _close()
+            raise SystemExit(0)
+        return
+    if capturing and s.capture.complete():
+        s.ended = "the doctor's batches are captured" if not s.capture.reasons else "the doctor cannot replay it"
         _close()
         raise SystemExit(0)
     if s.steps and s.done >= s.steps and optimizer is s.primary:
@@ -401,7 +435,18 @@ def _at_exit():
         return
     s.exited = True
     _close()
-    _write_status({"pid": os.getpid(), "argv": sys.argv, "torch": True, "steps": s.done,
+    doctor = None
+    if s.capture is not None:
+        c = s.capture
+        rc, error = None, None
+        try:
+            rc = c.run_doctor() if c.train and not c.reasons else None
+        except Exception as e:  # noqa: BLE001  (said by the launcher; the steps' status is still written)
+            error = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-4000:]
+        doctor = {"rc": rc, "error": error, "reasons": c.reasons, "notes": c.notes, "train": len(c.train),
+                  "heldout": sum(int(x.shape[0]) for x, _ in c.heldout), "heldout_from": c.heldout_from,
+                  "model": c.root_name}
+    _write_status({"doctor": doctor, "pid": os.getpid(), "argv": sys.argv, "torch": True, "steps": s.done,
                    "optimizers": len(s.order), "skipped": s.skipped, "ended": s.ended, "error": s.error,
                    "interrupted": s.interrupted, "monitor_error": s.monitor_error, "watches": s.folders})
 

@@ -105,7 +105,8 @@ def _environment(settings, work):
                                           "rules": settings["rules"], "status_dir": work,
                                           "threads": settings.get("threads"),
                                           "deterministic": settings.get("deterministic", False),
-                                          "alternate": settings.get("alternate", False)})
+                                          "alternate": settings.get("alternate", False),
+                                          "doctor": settings.get("doctor")})
     return env
 
 
@@ -144,8 +145,9 @@ def execute(command, settings, work, echo=True):
     try:
         for line in iter(child.stdout.readline, b""):
             if echo:
-                sys.stdout.buffer.write(line)
-                sys.stdout.flush()
+                stream = sys.stdout if echo is True else echo
+                stream.buffer.write(line)
+                stream.flush()
             tail.append(line.decode(errors="replace").rstrip("\n"))
         code = child.wait()
     except BaseException:

@@ -1,0 +1,131 @@
+"""`spikehunt doctor [--steps N] [--overfit-steps N] [--heldout N] [--json] [--out DIR] [--env K=V]
+-- COMMAND`: the doctor on the user's training command, unmodified (docs/commands.md).
+
+The command runs under the monitor as with `run -- COMMAND`; its process also captures the model
+before its first step, the optimizer, the loss call and the first N steps' batches plus held-out
+ones (_capture.py), ends the script there and runs the doctor in itself on a scenario built from
+them. This launcher prints the command's output (to stderr with --json), then the report. Where the
+hooks cannot replay the training (several optimizers, accumulation, a loss computed by code of the
+script's own), the doctor says why and what the watched steps showed, and runs no probe.
+Exit codes: the doctor's (0 every sign passed, 1 a finding), 2 bad input, 130 interrupted.
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from . import _command
+
+USAGE = ("usage: spikehunt doctor [--steps N] [--overfit-steps N] [--heldout N] [--json] [--out DIR] "
+         "[--env NAME=VALUE] -- COMMAND [ARGS...]")
+_NUMBERS = {"--steps": 100, "--overfit-steps": 1000, "--heldout": 1000}
+
+
+def _flags(argv):
+    flags, command = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    settings = {"out": "results", "rules": {}, "steps": 0, "json": False,
+                **{k[2:].replace("-", "_"): v for k, v in _NUMBERS.items()}}
+    i = 0
+    while i < len(flags):
+        flag, value = flags[i], None
+        if flag == "--json":
+            settings["json"], i = True, i + 1
+            continue
+        if "=" in flag and flag.startswith("--"):
+            flag, value = flag.split("=", 1)
+        if flag not in (*_NUMBERS, "--out", "--env"):
+            raise _command._BadInput(f"doctor -- COMMAND: {flags[i]!r} is not a flag of doctor on a command (it "
+                                     f"takes --steps, --overfit-steps, --heldout, --json, --out, --env)\n{USAGE}")
+        if value is None:
+            if i + 1 == len(flags):
+                raise _command._BadInput(f"doctor: {flag} needs a value\n{USAGE}")
+            value, i = flags[i + 1], i + 1
+        i += 1
+        if flag in _NUMBERS:
+            if not value.isdigit() or int(value) < 1:
+                raise _command._BadInput(f"doctor: {flag} = {value!r}: a whole number, 1 or more")
+            settings[flag[2:].replace("-", "_")] = int(value)
+        elif flag == "--out":
+            settings["out"] = value
+        else:
+            settings.setdefault("env", []).append(_command._env_pair(value, "doctor"))
+    if not command:
+        raise _command._BadInput(f"doctor: nothing after `--`: give the training command to examine\n{USAGE}")
+    return settings, command
+
+
+def run(argv):
+    """`doctor -- COMMAND`: returns the exit code."""
+    try:
+        settings, command = _flags(argv)
+    except _command._BadInput as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    os.makedirs(settings["out"], exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".spikehunt-command-", dir=settings["out"])
+    report = os.path.join(work, "doctor.report")
+    settings["doctor"] = {"steps": settings["steps"], "heldout": settings["heldout"], "json": settings["json"],
+                          "overfit_steps": settings["overfit_steps"], "report": report}
+    settings["steps"] = 0  # the capture ends the script
+    try:
+        return _doctor(settings, command, " ".join(command), report, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _doctor(settings, command, shown, report, work):
+    echo = sys.stderr if settings["json"] else sys.stdout
+    try:
+        code, tail, statuses = _command.execute(command, settings, work, echo=echo)
+    except OSError as e:
+        print(f"error: doctor -- {shown}: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {shown}", file=sys.stderr)
+        return 130
+    last = "\n".join(f"  | {t}" for t in tail) or "  (no output)"
+    main = _command.watched(statuses)
+    if main is None or not main.get("doctor"):
+        why = ("no Python process of the command imported torch" if not statuses else
+               _command.abrupt(statuses, code) if any(s.get("abrupt") for s in statuses) else
+               "the command imported torch but never took an optimizer step")
+        print(f"error: doctor -- {shown}: {why} (exit {code}); its last lines:\n{last}", file=sys.stderr)
+        return 2 if not any(s.get("abrupt") for s in statuses) else 1
+    d = main["doctor"]
+    if d["rc"] is not None and os.path.exists(report):
+        with open(report, "rb") as f:
+            text = f.read().decode(errors="replace")
+        if settings["json"]:
+            document = json.loads(text)
+            document["command"] = {"argv": command, "captured_steps": d["train"], "heldout_samples": d["heldout"],
+                                   "heldout_from": d["heldout_from"], "notes": d["notes"]}
+            print(json.dumps(document, indent=2))
+        else:
+            print(f"\ncaptured   {d['train']} training step(s) of {shown}; held-out: {d['heldout']} sample(s)"
+                  + (f" ({'; '.join(d['heldout_from'])})" if d["heldout_from"] else ""))
+            for n in d["notes"]:
+                print(f"note       {n}")
+            # The report's header names the command and its model, not the scenario the capture built.
+            head, captured, rest = text.partition('scenario "captured" (_Captured)')
+            if captured and head.startswith("spikehunt doctor: ") and "\n" not in head:
+                text = f"spikehunt doctor: {shown}: {d['model']}" + rest
+            sys.stdout.write(text)
+        return d["rc"]
+    if d.get("error"):
+        print(f"error: doctor -- {shown}: the doctor failed on the captured training (a bug of spikehunt's):\n"
+              f"{d['error']}", file=sys.stderr)
+        return 3
+    watched = "; ".join(f"{w['optimizer']}: {w['verdict']['outcome']} ({w['verdict'].get('steps_run', 0)} steps)"
+                        for w in main["watches"])
+    reasons = d["reasons"] or ["the command ended before its first step could be captured"]
+    if settings["json"]:
+        print(json.dumps({"passed": None, "signs": [], "command": {"argv": command, "not_run": reasons,
+                                                                   "watched": [w["verdict"] for w in main["watches"]]}},
+                         indent=2))
+    else:
+        print(f"\ndoctor -- {shown}: its probes did not run: " + "; ".join(reasons) + ".")
+        print(f"  They train copies of the script's model, optimizer and loss, which need a Scenario here "
+              f"(docs/python.md): spikehunt.Scenario, or run it as it is under `spikehunt run -- COMMAND`.")
+        print(f"watched    {watched}")
+    return 1 if any(w["verdict"]["outcome"] != "healthy" for w in main["watches"]) else 0
