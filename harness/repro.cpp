@@ -44,6 +44,30 @@ std::string where(int64_t step) { return "step " + std::to_string(step); }
 
 std::string optional_step(const std::optional<int64_t>& s) { return s ? std::to_string(*s) : "none"; }
 
+// Why a replay saw other data at `step` than the repro recorded: a second replay of the same config
+// to that step tells a program that draws other data each run from one whose data (or the code or
+// environment that draws them) changed since it was recorded and is repeatable now.
+std::string why_data_differ(const TrainingConfig& config, int64_t step, bool labels, const std::string& first) {
+  configure_runtime(config);
+  std::unique_ptr<Scenario> again = make_scenario(config);
+  BurstOptions options;
+  options.max_steps = step + 1;
+  std::string second;
+  options.on_step = [&](const StepRecord& r) {
+    if (r.step == step) second = (labels ? r.label_hash : r.input_hash).hex();
+  };
+  run_burst(*again, config.health, options);
+  const std::string what = labels ? "labels" : "inputs";
+  if (second.empty()) return "; a second replay ended before step " + std::to_string(step);
+  if (second != first) {
+    return "; a second replay drew other " + what + " again (" + second + "): the program does not draw the same " +
+           "data each run (an unseeded shuffle or initialization, a time-based seed, data files that change): seed " +
+           "it from the config's seed (a command: from its seed knob)";
+  }
+  return "; a second replay drew the same " + what + " as the first: the program is repeatable now, so its data, "
+         "the code that draws them or the environment changed since the repro was recorded";
+}
+
 }  // namespace
 
 ReplayReport replay(const Repro& repro, const std::string& repro_path, const ReplayOptions& options) {
@@ -80,7 +104,9 @@ ReplayReport replay(const Repro& repro, const std::string& repro_path, const Rep
     options_burst.resume = repro.checkpoint->monitor;
     options_burst.start_step = report.start_step;
   }
-  std::string first_mismatch;
+  std::string first_mismatch, got_hash;
+  int64_t data_step = -1;  // the step whose input or label hash differed
+  bool labels_differ = false;
   options_burst.on_step = [&](const StepRecord& r) {
     if (!first_mismatch.empty()) return;
     if (r.step >= int64_t(repro.step_hashes.size())) {
@@ -91,8 +117,10 @@ ReplayReport replay(const Repro& repro, const std::string& repro_path, const Rep
     const StepHashes& want = repro.step_hashes[size_t(r.step)];
     if (want.input != r.input_hash) {
       first_mismatch = where(r.step) + ": input hash expected " + want.input.hex() + ", got " + r.input_hash.hex();
+      data_step = r.step, got_hash = r.input_hash.hex();
     } else if (want.labels != r.label_hash) {
       first_mismatch = where(r.step) + ": label hash expected " + want.labels.hex() + ", got " + r.label_hash.hex();
+      data_step = r.step, got_hash = r.label_hash.hex(), labels_differ = true;
     }
   };
   const BurstResult result = run_burst(*scenario, config.health, options_burst);
@@ -112,8 +140,9 @@ ReplayReport replay(const Repro& repro, const std::string& repro_path, const Rep
   mismatch("fault", want.fault ? want.fault->describe() : "none", got.fault ? got.fault->describe() : "none");
   mismatch("steps run", std::to_string(want.steps_run), std::to_string(report.start_step + got.steps_run));
   mismatch("hash chain", want.hash_chain.hex(), got.hash_chain.hex());
-  report.mismatch = first_mismatch;
   report.reproduced = first_mismatch.empty();
+  if (data_step >= 0 && !options.from_checkpoint) first_mismatch += why_data_differ(config, data_step, labels_differ, got_hash);
+  report.mismatch = first_mismatch;
   return report;
 }
 

@@ -6,6 +6,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from conftest import SOURCE, read_json, read_jsonl, spikehunt
 
 MLP = ["examples/commands/train_mlp.py"]
@@ -120,11 +122,13 @@ def test_a_rules_file_sets_the_health_rules_of_the_watched_steps(tmp_path):
     assert "loss_limit" in read_json(os.path.join(folder, "verdict.json"))["onset_rules"]
 
 
-def test_the_binary_points_a_command_to_the_python_package():
+@pytest.mark.parametrize("verb", ["run", "sweep", "doctor"])
+def test_the_binary_points_a_command_to_the_python_package(verb):
     import subprocess
     binary = os.path.join(os.environ.get("SPIKEHUNT_BUILD", "build"), "spikehunt")
-    p = subprocess.run([binary, "run", "--", sys.executable, *MLP], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2 and "python3 -m spikehunt run" in p.stderr and "docs/commands.md" in p.stderr, p.stderr
+    p = subprocess.run([binary, verb, "--", sys.executable, *MLP], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and f"python3 -m spikehunt {verb}" in p.stderr and "docs/commands.md" in p.stderr, \
+        p.stderr
 
 
 SWEEP = ["examples/commands/train_mlp.py", "--lr", "{lr}", "--momentum", "{momentum}", "--seed", "{seed}",
@@ -163,6 +167,7 @@ def test_the_doctor_says_why_it_cannot_examine_a_command(tmp_path):
     config.write_text('{"scenario": "command", "params": {"command": ["python3", "train.py"]}}')
     rc, out, err = spikehunt("doctor", "--config", str(config), script=["-m", "spikehunt"])
     assert rc == 2 and 'scenario = "command" is a training command run in a process of its own' in err, err
+    assert "spikehunt doctor -- COMMAND" in err, err
 
 
 def test_a_knob_reaches_the_script_through_its_environment(tmp_path):
@@ -254,3 +259,33 @@ def test_a_commands_burst_runs_with_torchs_deterministic_kernels(tmp_path):
     assert rc == 0, out + err  # a failed assertion in the script would be a crashed burst, exit 1
     [folder] = folders(tmp_path / "out")
     assert read_json(os.path.join(folder, "verdict.json"))["steps_run"] == 1
+
+
+def test_a_replay_that_sees_other_data_says_whether_the_script_is_unrepeatable_or_changed(tmp_path):
+    """replay runs a second replay to the step whose input hash differed: other data again means the
+    script draws other data each run; the same data means what it reads changed since the recording."""
+    script = tmp_path / "train.py"
+    script.write_text("import os, torch, torch.nn as nn, torch.nn.functional as F\n"
+                      "if os.environ.get('SEEDED'):\n    torch.manual_seed(0)\n"
+                      "m = nn.Linear(4, 2); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                      "for i in range(5):\n"
+                      "    x, y = torch.randn(8, 4) + float(os.environ.get('SHIFT', 0)), torch.randint(0, 2, (8,))\n"
+                      "    o.zero_grad(); F.cross_entropy(m(x), y).backward(); o.step()\n")
+    config = tmp_path / "command.json"
+    config.write_text(json.dumps({"scenario": "command", "params": {"command": [sys.executable, str(script)]}}))
+
+    def record(out, env):
+        rc, stdout, err = spikehunt("run", "--config", str(config), "--out", str(out), env=env,
+                                    script=["-m", "spikehunt"])
+        assert rc == 0, stdout + err
+        return glob.glob(os.path.join(str(out), "*", "repro.json"))[0]
+
+    unseeded = record(tmp_path / "a", {})
+    rc, out, err = spikehunt("replay", unseeded, script=["-m", "spikehunt"])
+    assert rc == 1 and "not reproduced: step 0: input hash expected" in out, out + err
+    assert "a second replay drew other inputs again" in out and "does not draw the same data each run" in out, out
+    seeded = record(tmp_path / "b", {"SEEDED": "1"})
+    rc, out, err = spikehunt("replay", seeded, env={"SEEDED": "1", "SHIFT": "1"}, script=["-m", "spikehunt"])
+    assert rc == 1 and "a second replay drew the same inputs as the first" in out and "changed since" in out, out
+    rc, out, err = spikehunt("replay", seeded, env={"SEEDED": "1"}, script=["-m", "spikehunt"])
+    assert rc == 0 and "reproduced: healthy" in out, out + err
