@@ -344,6 +344,8 @@ TEST(ReplayEndToEnd, ATamperedHashIsReportedAtItsStep) {
   const auto r = run_spikehunt("replay " + path);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(has(r.output, "not reproduced: step 1: input hash expected " + h)) << r.output;
+  // A second replay to step 1 draws what the first drew: the recording, not the program, differs.
+  EXPECT_TRUE(has(r.output, "a second replay drew the same inputs as the first")) << r.output;
   j["config"]["optimizer"]["lr"] = -1;
   testing::write_bytes(path, j.dump());
   const auto bad = run_spikehunt("replay " + path);
