@@ -544,7 +544,7 @@ class PyScenario : public Scenario {
       py::dict modules = py::module_::import("sys").attr("modules");
       if (modules.contains("numpy")) modules["numpy"].attr("random").attr("seed")(config.seed % (uint64_t(1) << 32));
       py::object values = py::module_::import("json").attr("loads")(config_to_json(config).dump());
-      py::object package = py::module_::import("spikehunt");
+      py::object package = py::module_::import("spikehunt._api");
       obj_ = PyRef(type(package.attr("Config")(values)));
       return 0;
     });
@@ -740,7 +740,7 @@ class PyScenario : public Scenario {
   }
 
  private:
-  static py::module_ package() { return py::module_::import("spikehunt"); }
+  static py::module_ package() { return py::module_::import("spikehunt._api"); }
 
   void set_tapping(bool on) {
     if (on == tapping_) return;

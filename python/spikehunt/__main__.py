@@ -36,14 +36,17 @@ def run(argv):
             print("error: python3 -m spikehunt: --module needs a file", file=sys.stderr)
             return 2
         modules.append(rest.pop(0))
+    # A training command of the user's, unmodified, and the doctor on it: this process only launches
+    # it (no torch here: the API loads on first use, spikehunt/__init__.py).
+    if "--" in rest and rest[:1] == ["run"]:
+        from . import _command
+        return _command.run(rest[1:])
+    if "--" in rest and rest[:1] == ["doctor"]:
+        from . import _command_doctor
+        return _command_doctor.run(rest[1:])
     from . import _command, _command_scenario  # noqa: F401  (registers the scenario "command")
     # A command's own files are code too (the build id a sweep checks): its workers get them by inheritance.
     code_files = [f for f in os.environ.get("SPIKEHUNT_COMMAND_FILES", "").split(os.pathsep) if f]
-    if "--" in rest and rest[:1] == ["run"]:  # a training command of the user's, unmodified
-        return _command.run(rest[1:])
-    if "--" in rest and rest[:1] == ["doctor"]:  # ... the doctor on it
-        from . import _command_doctor
-        return _command_doctor.run(rest[1:])
     if "--" in rest and rest[:1] == ["sweep"]:  # ... and a sweep over its knobs
         try:
             rest, code_files = _command.sweep_args(rest)

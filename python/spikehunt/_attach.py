@@ -446,9 +446,19 @@ def _at_exit():
         doctor = {"rc": rc, "error": error, "reasons": c.reasons, "notes": c.notes, "train": len(c.train),
                   "heldout": sum(int(x.shape[0]) for x, _ in c.heldout), "heldout_from": c.heldout_from,
                   "model": c.root_name}
-    _write_status({"doctor": doctor, "pid": os.getpid(), "argv": sys.argv, "torch": True, "steps": s.done,
+    _write_status({"doctor": doctor, "modules": _local_modules(), "pid": os.getpid(), "argv": sys.argv, "torch": True, "steps": s.done,
                    "optimizers": len(s.order), "skipped": s.skipped, "ended": s.ended, "error": s.error,
                    "interrupted": s.interrupted, "monitor_error": s.monitor_error, "watches": s.folders})
+
+
+def _local_modules():
+    """The script and the modules it imported from its own project (its folder and below, outside
+    site-packages): the code a sweep over the command hashes into its build id."""
+    script = os.path.abspath(sys.argv[0]) if sys.argv and os.path.isfile(sys.argv[0]) else None
+    if script is None:
+        return []
+    from ._api import _project_modules
+    return [script] + _project_modules(script)
 
 
 def _write_status(status):

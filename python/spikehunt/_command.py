@@ -305,13 +305,14 @@ def sweep_args(argv):
     with open(path + ".tmp", "w") as f:
         json.dump(converted, f, indent=2)
     os.replace(path + ".tmp", path)
-    files = [os.path.abspath(w) for w in command if w.endswith(".py") and os.path.isfile(w)]
+    files = {os.path.abspath(w) for w in command if w.endswith(".py") and os.path.isfile(w)}
     if "--no-repeat-check" in flags:
         flags.remove("--no-repeat-check")
     else:
         for line in preflight(converted):
             print(f"warning: {line}", file=sys.stderr)
-    return [verb, "--space", path, *flags], files
+        files |= _imported  # the script and the local modules its preflight runs imported
+    return [verb, "--space", path, *flags], sorted(files)
 
 
 def _simplest(spec):
@@ -353,6 +354,7 @@ def _short_run(converted, changes, steps):
         settings = {"out": os.path.join(work, "out"), "steps": steps, "rules": {}, "env": env,
                     "threads": base.get("threads")}
         code, tail, statuses = execute(command, settings, work, echo=False)
+        _imported.update(m for s in statuses for m in s.get("modules") or [])
         main = watched(statuses)
         if main is None or not main["watches"][0]["path"]:
             return None, command
@@ -360,6 +362,9 @@ def _short_run(converted, changes, steps):
             return [json.loads(line) for line in f], command
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+_imported = set()  # the local modules the preflight's runs imported (code of the sweep's build id)
 
 
 def preflight(converted, steps=3):

@@ -193,17 +193,19 @@ def test_torchrun_ranks_are_one_global_step_written_by_rank_0(tmp_path):
     assert len(trace) == 30 and sum(trace[0]["label_histogram"]) == 64, "both ranks' 32 labels in each step"
 
 
-def sweep_a_script(tmp_path, setup, flags, dimensions):
+def sweep_a_script(tmp_path, setup, flags, dimensions, rewrite=True):
     """A one-run sweep of a small linear model's script (`setup` seeds it or not and builds the optimizer
-    `o` from the parsed flags `a`), the space's dimensions given: (exit code, stdout, stderr)."""
+    `o` from the parsed flags `a`), the space's dimensions given: (exit code, stdout, stderr). With
+    rewrite=False, the script and space as the last call wrote them, swept again into the same folder."""
     script = tmp_path / "train.py"
-    script.write_text("import argparse, torch, torch.nn as nn, torch.nn.functional as F\n"
-                      "p = argparse.ArgumentParser()\n"
-                      + "".join(f"p.add_argument('--{f}', type=float)\n" for f in flags) +
-                      "a = p.parse_args()\n" + setup +
-                      "for i in range(5):\n"
-                      "    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))\n"
-                      "    o.zero_grad(); F.cross_entropy(m(x), y).backward(); o.step()\n")
+    if rewrite:
+        script.write_text("import argparse, torch, torch.nn as nn, torch.nn.functional as F\n"
+                          "p = argparse.ArgumentParser()\n"
+                          + "".join(f"p.add_argument('--{f}', type=float)\n" for f in flags) +
+                          "a = p.parse_args()\n" + setup +
+                          "for i in range(5):\n"
+                          "    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))\n"
+                          "    o.zero_grad(); F.cross_entropy(m(x), y).backward(); o.step()\n")
     space = tmp_path / "space.json"
     space.write_text(json.dumps({"dimensions": dimensions}))
     knobs = [w for f in flags for w in (f"--{f}", f"{{{f}}}")]
@@ -289,3 +291,19 @@ def test_a_replay_that_sees_other_data_says_whether_the_script_is_unrepeatable_o
     assert rc == 1 and "a second replay drew the same inputs as the first" in out and "changed since" in out, out
     rc, out, err = spikehunt("replay", seeded, env={"SEEDED": "1"}, script=["-m", "spikehunt"])
     assert rc == 0 and "reproduced: healthy" in out, out + err
+
+
+def test_a_local_module_the_script_imports_is_code_of_the_sweeps_build(tmp_path):
+    """The preflight's runs read which modules of its own project the script imported: editing one of
+    them between the start and the resume is a change of the code the sweep records."""
+    (tmp_path / "helper.py").write_text("WIDTH = 2\n")
+    rc, out, err = sweep_a_script(tmp_path, "import sys; sys.path.insert(0, %r); import helper\n"
+                                  "torch.manual_seed(0); m = nn.Linear(4, helper.WIDTH)\n"
+                                  "o = torch.optim.SGD(m.parameters(), lr=a.lr)\n" % str(tmp_path),
+                                  ["lr"], {"lr": {"log_range": [0.01, 1]}})
+    assert rc == 0, out + err
+    rc, out, err = sweep_a_script(tmp_path, "", ["lr"], {"lr": {"log_range": [0.01, 1]}}, rewrite=False)
+    assert rc == 0, "the same code resumes: " + out + err
+    (tmp_path / "helper.py").write_text("WIDTH = 2  # edited\n")
+    rc, out, err = sweep_a_script(tmp_path, "", ["lr"], {"lr": {"log_range": [0.01, 1]}}, rewrite=False)
+    assert rc == 2 and "resuming would mix two versions of the code" in err, out + err
