@@ -200,6 +200,8 @@ int run_lr_sensitivity(const LrSensitivityOptions& o, std::ostream& out) {
     std::snprintf(line, sizeof line, "  %-9s %-10s %-10s %-13s %-11s %s\n", "peak lr", "init loss", "final loss",
                   "max attn", "max |log Z|", "verdict");
     out << line;
+    bool training_losses = !c.points.empty();
+    for (const LrPoint& p : c.points) training_losses &= p.summary.metrics && p.summary.metrics->heldout_samples == 0;
     json points = json::array();
     for (const LrPoint& p : c.points) {
       const RunMetrics m = p.summary.metrics.value_or(RunMetrics{});
@@ -218,7 +220,12 @@ int run_lr_sensitivity(const LrSensitivityOptions& o, std::ostream& out) {
     }
     out << "  LR sensitivity " << significant(c.sensitivity, 3) << " (best final loss " << significant(c.best_loss, 3) << " at lr "
         << significant(c.best_lr, 3) << ")\n";
+    if (training_losses) {
+      out << "  losses: the training loss (step 0's; the mean of the last 10 steps'): the scenario gives no "
+             "held-out data\n";
+    }
     result["variants"].push_back({{"label", c.variant.label},
+                                  {"losses", training_losses ? "training" : "heldout"},
                                   {"sets", c.variant.sets},
                                   {"lr_sensitivity", number(c.sensitivity)},
                                   {"best_loss", number(c.best_loss)},

@@ -307,16 +307,27 @@ BurstSummary run_config_measured(const TrainingConfig& config, int64_t heldout_s
     return summary_of(v, {});
   }
   BurstOptions options;
+  std::vector<double> train_losses;  // the losses when the scenario has no held-out data
   options.on_step = [&](const StepRecord& r) {
     m.last_train_loss = r.loss;
+    train_losses.push_back(r.loss);
     for (const TapStats& t : r.taps) {
       if (tap_is_attention_logits(t.name)) m.max_attention_logit = std::max(m.max_attention_logit, t.max_abs);
       else if (tap_is_logit_z(t.name)) m.max_logit_z = std::max(m.max_logit_z, t.max_abs);
     }
   };
   BurstResult r = run_burst(*scenario, config.health, options);
+  if (m.heldout_samples == 0) {  // no held-out data (a command, a scenario without heldout()): the
+    // training loss measures it instead: step 0's, and the mean of the last (up to) 10 steps'
+    m.init_loss = train_losses.empty() ? std::numeric_limits<double>::quiet_NaN() : train_losses.front();
+  }
   if (r.verdict.outcome == Outcome::kNonFinite) {
     m.final_loss = std::numeric_limits<double>::infinity();
+  } else if (m.heldout_samples == 0) {
+    const size_t last = std::min<size_t>(10, train_losses.size());
+    double sum = 0;
+    for (size_t i = train_losses.size() - last; i < train_losses.size(); ++i) sum += train_losses[i];
+    m.final_loss = last == 0 ? std::numeric_limits<double>::quiet_NaN() : sum / double(last);
   } else {
     try {
       m.final_loss = in_training_code("forward", {}, [&] { return heldout_loss(*scenario, heldout_samples); });

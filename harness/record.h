@@ -193,8 +193,10 @@ struct MonitorState {
 // (`burst --heldout N`): held-out losses before and after, and the largest
 // transformer logits it saw.
 struct RunMetrics {
-  double init_loss = 0;            // mean held-out loss before the first step
-  double final_loss = 0;           // ... after the last step (inf when the burst went non-finite)
+  // Mean held-out loss before the first step and after the last (inf when the burst went non-finite);
+  // without held-out data (heldout_samples 0), the training loss: step 0's, the mean of the last 10 steps'.
+  double init_loss = 0;
+  double final_loss = 0;
   double last_train_loss = 0;      // the last step's training loss
   double max_attention_logit = 0;  // over every step's *attn_logits taps
   double max_logit_z = 0;          // over every step's *_z taps

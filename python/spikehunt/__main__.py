@@ -47,6 +47,12 @@ def run(argv):
     from . import _command, _command_scenario  # noqa: F401  (registers the scenario "command")
     # A command's own files are code too (the build id a sweep checks): its workers get them by inheritance.
     code_files = [f for f in os.environ.get("SPIKEHUNT_COMMAND_FILES", "").split(os.pathsep) if f]
+    if rest[:1] == ["merge"] and not code_files:  # the shards of a command's sweep: their build's files
+        try:
+            code_files = _command.merge_files(rest)
+        except _command._BadInput as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     if "--" in rest and rest[:1] == ["sweep"]:  # ... and a sweep over its knobs
         try:
             rest, code_files = _command.sweep_args(rest)

@@ -312,7 +312,24 @@ def sweep_args(argv):
         for line in preflight(converted):
             print(f"warning: {line}", file=sys.stderr)
         files |= _imported  # the script and the local modules its preflight runs imported
+    # `merge` of its shards reads them back (merge_files): the build it checks is the shards'.
+    with open(os.path.join(out, "command-files.json.tmp"), "w") as f:
+        json.dump(sorted(files), f)
+    os.replace(os.path.join(out, "command-files.json.tmp"), os.path.join(out, "command-files.json"))
     return [verb, "--space", path, *flags], sorted(files)
+
+
+def merge_files(argv):
+    """`merge OUT SHARD_DIR...` of a command's sweep: the code files its shards hashed into their build
+    id, from command-files.json in the folder above each shard (the sweep's --out); [] for others."""
+    files = set()
+    for word in argv[1:]:
+        if word.startswith("-"):
+            continue
+        path = os.path.join(os.path.dirname(os.path.abspath(word.rstrip(os.sep))), "command-files.json")
+        if os.path.isfile(path):
+            files.update(_read_json(path, "list of the command's code files"))
+    return sorted(files)
 
 
 def _simplest(spec):

@@ -307,3 +307,37 @@ def test_a_local_module_the_script_imports_is_code_of_the_sweeps_build(tmp_path)
     (tmp_path / "helper.py").write_text("WIDTH = 2  # edited\n")
     rc, out, err = sweep_a_script(tmp_path, "", ["lr"], {"lr": {"log_range": [0.01, 1]}}, rewrite=False)
     assert rc == 2 and "resuming would mix two versions of the code" in err, out + err
+
+
+def test_guard_lr_sensitivity_and_a_sharded_sweep_with_its_merge_run_a_command(tmp_path):
+    mlp = [sys.executable, os.path.join(SOURCE, MLP[0]), "--lr", "{optimizer.lr}", "--epochs", "1"]
+    config = {"scenario": "command", "threads": 1, "params": {"command": mlp, "burst_steps": 8}}
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps({"configs": [{"name": "mlp", "config": config}]}))
+    rc, out, err = spikehunt("guard", "record", "--suite", str(suite), "--out", str(tmp_path / "base.json"),
+                             script=["-m", "spikehunt"])
+    assert rc == 0 and "mlp: healthy, 8 steps" in out, out + err
+    rc, out, err = spikehunt("guard", "check", "--suite", str(suite), "--baseline", str(tmp_path / "base.json"),
+                             "--set", "optimizer.lr=3", script=["-m", "spikehunt"])
+    assert rc == 1 and "mlp: REGRESSION" in out and "verdict: healthy →" in out, out + err
+    # lr-sensitivity: a command has no held-out data, so its losses are the training loss, and said so.
+    cfg = tmp_path / "command.json"
+    cfg.write_text(json.dumps(config))
+    rc, out, err = spikehunt("lr-sensitivity", "--config", str(cfg), "--lrs", "0.01,0.1", "--out",
+                             str(tmp_path / "lrs"), script=["-m", "spikehunt"])
+    assert rc == 0 and "losses: the training loss" in out, out + err
+    [variant] = read_json(str(tmp_path / "lrs" / "lr_sensitivity.json"))["variants"]
+    assert variant["losses"] == "training" and variant["best_lr"] == 0.1, variant
+    assert all(p["final_loss"] < p["init_loss"] for p in variant["points"]), variant["points"]
+    # Two shards of a sweep over the command's knob, merged where they ran: the merge checks their build.
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"base": {"threads": 1}, "dimensions": {"lr": {"log_range": [0.01, 10]}}}))
+    for shard in ("0/2", "1/2"):
+        rc, out, err = spikehunt("sweep", "--space", str(space), "--runs", "4", "--shard", shard, "--out",
+                                 str(tmp_path / "s"), "--no-progress", "--no-repeat-check", "--steps", "8", "--",
+                                 *[w.replace("{optimizer.lr}", "{lr}") for w in mlp], script=["-m", "spikehunt"])
+        assert rc in (0, 1) and f"shard {shard}: 2 of 2 runs" in out, out + err
+    shards = sorted(glob.glob(str(tmp_path / "s" / "shard-*-of-2")))
+    rc, out, err = spikehunt("merge", str(tmp_path / "merged"), *shards, "--max-shrinks", "0",
+                             script=["-m", "spikehunt"])
+    assert rc in (0, 1) and "joined 4 run(s)" in out, out + err
