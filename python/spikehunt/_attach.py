@@ -454,7 +454,8 @@ def _at_exit():
 def _local_modules():
     """The script and the modules it imported from its own project (its folder and below, outside
     site-packages): the code a sweep over the command hashes into its build id."""
-    script = os.path.abspath(sys.argv[0]) if sys.argv and os.path.isfile(sys.argv[0]) else None
+    # Its real path: a burst runs in a working folder of links (_command.working_folder), removed after it.
+    script = os.path.realpath(sys.argv[0]) if sys.argv and os.path.isfile(sys.argv[0]) else None
     if script is None:
         return []
     from ._api import _project_modules

@@ -135,13 +135,25 @@ def run(argv):
         shutil.rmtree(work, ignore_errors=True)
 
 
-def execute(command, settings, work, echo=True):
+def working_folder(work):
+    """A working directory of one burst's own (work/cwd), where the command's relative paths still work:
+    each entry of this process's working directory is linked into it, so what the command reads is
+    there and what it writes beside them (a checkpoint it resumes from, its logs) stays apart from
+    every other burst's, and leaves with the burst's scratch folder."""
+    here, folder = os.getcwd(), os.path.join(work, "cwd")
+    os.makedirs(folder)
+    for name in os.listdir(here):
+        os.symlink(os.path.join(here, name), os.path.join(folder, name))
+    return folder
+
+
+def execute(command, settings, work, echo=True, cwd=None):
     """Runs the command with the monitor attached (settings: out, steps, rules); its output passes
     through when `echo`. Returns (exit code, its last lines, the status of each process that
     imported torch). OSError when it cannot start; KeyboardInterrupt as it came."""
     tail = collections.deque(maxlen=12)
     child = subprocess.Popen(command, env=_environment(settings, work), stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd)
     try:
         for line in iter(child.stdout.readline, b""):
             if echo:
@@ -370,7 +382,7 @@ def _short_run(converted, changes, steps):
     try:
         settings = {"out": os.path.join(work, "out"), "steps": steps, "rules": {}, "env": env,
                     "threads": base.get("threads")}
-        code, tail, statuses = execute(command, settings, work, echo=False)
+        code, tail, statuses = execute(command, settings, work, echo=False, cwd=working_folder(work))
         _imported.update(m for s in statuses for m in s.get("modules") or [])
         main = watched(statuses)
         if main is None or not main["watches"][0]["path"]:

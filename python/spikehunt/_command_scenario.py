@@ -102,7 +102,8 @@ class CommandScenario(spikehunt.Scenario):
         health = self.config.to_dict().get("health", {})
         settings = {"out": os.path.join(work, "out"), "steps": self.planned_steps(), "rules": health,
                     "threads": self.config.threads, "env": self.env, "deterministic": True}
-        code, tail, statuses = _command.execute(self.command, settings, work, echo=False)
+        code, tail, statuses = _command.execute(self.command, settings, work, echo=False,
+                                                cwd=_command.working_folder(work))
         main = _command.watched(statuses)
         last = "\n".join(tail[-6:])
         shown = " ".join(self.command)

@@ -341,3 +341,29 @@ def test_guard_lr_sensitivity_and_a_sharded_sweep_with_its_merge_run_a_command(t
     rc, out, err = spikehunt("merge", str(tmp_path / "merged"), *shards, "--max-shrinks", "0",
                              script=["-m", "spikehunt"])
     assert rc in (0, 1) and "joined 4 run(s)" in out, out + err
+
+
+def test_each_burst_writes_its_own_files_apart_and_the_scripts_relative_paths_still_work(tmp_path):
+    """A script that reads data.json from its working directory and resumes from the progress.txt it
+    writes there: each burst (and each preflight run) starts from the user's folder as it was, so the
+    runs repeat, and nothing a burst wrote lands among the user's files."""
+    import subprocess
+    (tmp_path / "data.json").write_text('{"seed": 3}')
+    (tmp_path / "train.py").write_text(
+        "import argparse, json, os, torch, torch.nn as nn, torch.nn.functional as F\n"
+        "p = argparse.ArgumentParser(); p.add_argument('--lr', type=float); a = p.parse_args()\n"
+        "torch.manual_seed(json.load(open('data.json'))['seed'])\n"
+        "start = int(open('progress.txt').read()) if os.path.exists('progress.txt') else 0\n"
+        "for _ in range(start):\n    torch.randn(8, 4)  # the batches an earlier run trained on\n"
+        "m = nn.Linear(4, 2); o = torch.optim.SGD(m.parameters(), lr=a.lr)\n"
+        "for i in range(5):\n"
+        "    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))\n"
+        "    o.zero_grad(); F.cross_entropy(m(x), y).backward(); o.step()\n"
+        "    open('progress.txt', 'w').write(str(start + i + 1))\n")
+    (tmp_path / "space.json").write_text(json.dumps({"dimensions": {"lr": {"log_range": [0.01, 0.1]}}}))
+    p = subprocess.run([sys.executable, "-m", "spikehunt", "sweep", "--space", "space.json", "--runs", "2", "--out",
+                        "out", "--no-progress", "--", sys.executable, "train.py", "--lr", "{lr}"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "2 runs, 0 failed" in p.stdout, p.stdout + p.stderr
+    assert "saw other data" not in p.stderr, p.stderr
+    assert not (tmp_path / "progress.txt").exists(), "a burst's own file landed in the user's folder"
