@@ -268,6 +268,7 @@ int run_verb(const RunArgs& a) {
   if (result.last_healthy) {
     repro.checkpoint = ReproCheckpoint{"last_healthy.safetensors", result.last_healthy->step, result.last_healthy->monitor};
   }
+  repro.code = code_identity();
   write_file_atomic(dir.file("repro.json"), repro_to_json(repro));
   files.push_back("repro.json");
   const std::string path = shown(dir.commit());

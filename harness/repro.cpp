@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/files.h"
+#include "base/hash.h"
 #include "harness/checkpoint.h"
 #include "harness/report.h"
 #include "harness/results.h"
@@ -28,6 +29,7 @@ std::string beside(const std::string& repro_path, const std::string& file) {
 }  // namespace
 
 void write_repro(const std::string& path, Repro repro, const std::optional<StateSnapshot>& state) {
+  if (repro.code.empty()) repro.code = code_identity();
   if (state) {
     repro.checkpoint = ReproCheckpoint{checkpoint_name(path), state->step, state->monitor};
     write_checkpoint(beside(path, repro.checkpoint->file), state->tensors,
@@ -80,6 +82,15 @@ ReplayReport replay(const Repro& repro, const std::string& repro_path, const Rep
   }
   const Environment now = environment(to_string(config.device), config.threads);
   for (std::string& w : environment_warnings(repro.environment, now, "repro")) report.warnings.push_back(std::move(w));
+  // The code that ran, file by file, against what is on disk now.
+  for (const CodeFile& f : repro.code) {
+    const std::string now = std::filesystem::exists(f.path) ? [&] {
+      const std::string bytes = read_file(f.path);
+      return hash_bytes(bytes.data(), bytes.size()).hex();
+    }() : std::string();
+    if (now.empty()) report.warnings.push_back("the code changed since the repro was recorded: " + f.path + " is gone");
+    else if (now != f.hash) report.warnings.push_back("the code changed since the repro was recorded: " + f.path);
+  }
   // The scenario's name is looked up again: another class registered under it trains other code.
   const std::string cls = scenario_class(config.scenario);
   if (!repro.scenario_class.empty() && !cls.empty() && cls != repro.scenario_class) {

@@ -4,6 +4,8 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/hash.h"
+#include "base/program.h"
 
 namespace spikehunt {
 
@@ -14,6 +16,15 @@ namespace {
 constexpr int kReproVersion = 1;
 
 }  // namespace
+
+std::vector<CodeFile> code_identity() {
+  std::vector<CodeFile> files;
+  for (const std::string& f : build_files_of(self_executable())) {
+    const std::string bytes = read_file(f);
+    files.push_back({f, hash_bytes(bytes.data(), bytes.size()).hex()});
+  }
+  return files;
+}
 
 std::string repro_to_json(const Repro& repro) {
   json hashes = json::array();
@@ -31,6 +42,11 @@ std::string repro_to_json(const Repro& repro) {
                   {"step_hashes", hashes},
                   {"checkpoint", checkpoint}};
   if (!repro.scenario_class.empty()) j["scenario_class"] = repro.scenario_class;
+  if (!repro.code.empty()) {
+    json code = json::array();
+    for (const CodeFile& f : repro.code) code.push_back({{"path", f.path}, {"hash", f.hash}});
+    j["code"] = code;
+  }
   return j.dump(1) + "\n";
 }
 
@@ -83,6 +99,16 @@ Repro parse_repro(std::string_view text, const std::string& path) {
   r.environment = environment_from_json(j.value("environment", json::object()), "environment", path);
   if (const json cls = j.value("scenario_class", json("")); cls.is_string()) r.scenario_class = cls.get<std::string>();
   else throw InputError(path, "scenario_class", cls.dump(), "must be a string");
+  const json code = j.value("code", json::array());
+  if (!code.is_array()) throw InputError(path, "code", code.dump().substr(0, 60), "must be a list of {path, hash}");
+  for (size_t i = 0; i < code.size(); ++i) {
+    const json& f = code[i];
+    if (!f.is_object() || !f.value("path", json()).is_string() || !f.value("hash", json()).is_string()) {
+      throw InputError(path, "code[" + std::to_string(i) + "]", f.dump().substr(0, 60),
+                       "must be an object {\"path\": string, \"hash\": string}");
+    }
+    r.code.push_back({f["path"].get<std::string>(), f["hash"].get<std::string>()});
+  }
   const json c = j.value("checkpoint", json());
   if (!c.is_null()) {
     try {

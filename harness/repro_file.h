@@ -21,6 +21,16 @@ struct ReproCheckpoint {
   MonitorState monitor;
 };
 
+// One file of the code that ran (the executable, the extension, a user's script and its local
+// modules, a command's files: base/program.h's build files), by its XXH3-128.
+struct CodeFile {
+  std::string path;
+  std::string hash;
+};
+
+// The code this process runs, file by file: what a repro records and replay compares.
+std::vector<CodeFile> code_identity();
+
 struct Repro {
   TrainingConfig config;
   Environment environment;               // where it failed
@@ -28,6 +38,7 @@ struct Repro {
   std::vector<StepHashes> step_hashes;   // every step run, up to the failure
   std::optional<ReproCheckpoint> checkpoint;
   std::string scenario_class;            // a registered scenario's C++ class ("" when unknown or built in)
+  std::vector<CodeFile> code;            // the code that ran (absent in repros before it was recorded)
 };
 
 std::string repro_to_json(const Repro& repro);  // the file's text

@@ -346,6 +346,14 @@ TEST(ReplayEndToEnd, ATamperedHashIsReportedAtItsStep) {
   EXPECT_TRUE(has(r.output, "not reproduced: step 1: input hash expected " + h)) << r.output;
   // A second replay to step 1 draws what the first drew: the recording, not the program, differs.
   EXPECT_TRUE(has(r.output, "a second replay drew the same inputs as the first")) << r.output;
+  // The repro records the code that ran, file by file; another file there now is said.
+  ASSERT_TRUE(j.contains("code") && !j["code"].empty()) << j.dump().substr(0, 400);
+  EXPECT_FALSE(has(r.output, "the code changed")) << r.output;
+  const std::string binary = j["code"][0]["path"];
+  j["code"][0]["hash"] = std::string(32, '0');
+  testing::write_bytes(path, j.dump());
+  EXPECT_TRUE(has(run_spikehunt("replay " + path).output, "warning: the code changed since the repro was recorded: " +
+                                                            binary));
   j["config"]["optimizer"]["lr"] = -1;
   testing::write_bytes(path, j.dump());
   const auto bad = run_spikehunt("replay " + path);

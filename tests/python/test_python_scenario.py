@@ -58,10 +58,13 @@ def test_a_failure_names_the_hooked_module_and_replays_bit_for_bit_also_from_its
     assert f"replay it: {sys.executable} tests/python/tiny.py replay" in out  # the command to paste back
     repro = os.path.join(folder, "repro.json")
     assert read_json(repro)["scenario_class"] == "Tiny"
+    # The code that ran, file by file: the extension and the script (the interpreter first).
+    code = [os.path.basename(f["path"]) for f in read_json(repro)["code"]]
+    assert "tiny.py" in code and any(c.startswith("_core") for c in code), code
     for extra in ([], ["--from-checkpoint"]):
         rc, out, err = spikehunt("replay", repro, *extra)
         assert rc == 0, out + err
-        assert "reproduced" in out
+        assert "reproduced" in out and "the code changed" not in out, out
 
 
 def test_a_replay_from_a_checkpoint_mid_run_matches(tmp_path):
