@@ -22,6 +22,7 @@ parser.add_argument("--lr", type=float, default=0.05)
 parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--epochs", type=int, default=5)
 parser.add_argument("--batch-size", type=int, default=32)
+parser.add_argument("--clip", type=float, default=0, help="clip the gradients' norm at this value (0: no clipping)")
 args = parser.parse_args()
 
 torch.manual_seed(args.seed)
@@ -50,6 +51,8 @@ for epoch in range(args.epochs):
         optimizer.zero_grad()
         loss = criterion(model(train_x[index]), train_y[index])
         loss.backward()
+        if args.clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         optimizer.step()
     model.eval()
     with torch.no_grad():

@@ -104,6 +104,8 @@ def attach():
     torch.Tensor.backward = monitored_backward
     _patch_grad_scaler(torch)
     _patch_functional_losses(torch)
+    if _state.capture is not None:
+        _patch_clipping(torch)
     hook = sys.excepthook
 
     def excepthook(kind, value, tb):
@@ -261,6 +263,20 @@ def _patch_functional_losses(torch):
                 _state.capture.loss_call(_loss, args, kwargs, output)
             return output
         setattr(functional, name, monitored)
+
+
+def _patch_clipping(torch):
+    """`doctor -- COMMAND`: torch.nn.utils.clip_grad_norm_'s max_norm and norm type, which the copies apply."""
+    import functools
+    utils = torch.nn.utils
+    clip = utils.clip_grad_norm_
+
+    @functools.wraps(clip)
+    def monitored(parameters, max_norm, norm_type=2.0, *args, **kwargs):
+        if not _state.closed:
+            _state.capture.clipped(float(max_norm), float(norm_type))
+        return clip(parameters, max_norm, norm_type, *args, **kwargs)
+    utils.clip_grad_norm_ = monitored
 
 
 def _patch_grad_scaler(torch):

@@ -57,6 +57,8 @@ class Capture:
         self.stepped = 0        # the primary optimizer's steps seen
         self.root_name = None
         self.heldout_from = []  # where the held-out samples came from
+        self.clip = None        # this step's clip_grad_norm_ (max_norm, norm_type), if the script clipped
+        self.clips = []         # each captured training step's
 
     # ---- what the hooks hand it ----
 
@@ -92,6 +94,9 @@ class Capture:
             if outputs is prediction:
                 self._add_heldout(inputs, target, "the script's own evaluation")
 
+    def clipped(self, max_norm, norm_type):
+        self.clip = (max_norm, norm_type)
+
     def backward(self, loss):
         """backward() on `loss`: which loss call gave it (the same tensor, or its exact value: loss / 1)."""
         found = next((c for c in reversed(self.losses) if c.output is loss), None)
@@ -105,6 +110,7 @@ class Capture:
     def step(self, optimizer, roots, calls, others):
         """The primary optimizer's step: its batch (train, then held-out) and, at the first, the parts."""
         pending, self.pending = self.pending, []
+        clip, self.clip = self.clip, None
         self.stepped += 1
         if self.reasons:
             return
@@ -147,6 +153,7 @@ class Capture:
         inputs, targets = call.inputs.detach().clone(), found.target.detach().clone()
         if len(self.train) < self.steps:
             self.train.append((inputs, targets))
+            self.clips.append(clip)
             self.seen.update(_sample_hashes(inputs, targets))
         else:
             self._add_heldout(inputs, targets, "later batches of the script's stream, their samples not in "
@@ -221,9 +228,17 @@ class Capture:
         register("captured", _Captured)
         cls, groups = self.optimizer
         hyper = groups[0][0]
+        clip = self.clips[0]
+        if clip is not None and clip[1] != 2.0:
+            self.notes.append(f"the script clips the gradients' {clip[1]:g}-norm at {clip[0]:g}: the copies clip "
+                              f"their 2-norm at that value")
+        if any(c != clip for c in self.clips):
+            self.notes.append(f"the script clips the gradients at some steps and not at others, or at other values: "
+                              f"the copies clip as at its first step ({'at %g' % clip[0] if clip else 'not at all'})")
         argv = ["spikehunt", "doctor", "--set", 'scenario="captured"', "--set",
                 f"batch_size={int(self.train[0][0].shape[0])}", "--steps", str(len(self.train)),
                 "--overfit-steps", str(self.overfit_steps)] + _optimizer_sets(cls, hyper) + (
+                    ["--set", f"grad_clip={clip[0]!r}"] if clip else []) + (
                     ["--json"] if self.json else [])
         sys.stdout.flush()
         saved = os.dup(1)

@@ -98,6 +98,7 @@ def _doctor(settings, command, shown, report, work):
             text = f.read().decode(errors="replace")
         if settings["json"]:
             document = json.loads(text)
+            document["title"] = f"{shown}: {d['model']}"
             document["command"] = {"argv": command, "captured_steps": d["train"], "heldout_samples": d["heldout"],
                                    "heldout_from": d["heldout_from"], "notes": d["notes"]}
             print(json.dumps(document, indent=2))

@@ -24,14 +24,15 @@ def failed(report):
 
 def test_a_healthy_script_passes_every_sign_twice_bit_for_bit_with_held_out_data_of_its_own(tmp_path):
     flags = ["--steps", "60", "--overfit-steps", "300", "--heldout", "600"]
-    rc, report, err = doctor(tmp_path / "a", *BUGGY, flags=flags)
+    rc, report, err = doctor(tmp_path / "a", *BUGGY, "--clip", "5", flags=flags)
     assert rc == 0 and report["passed"], (failed(report), err[-2000:])
+    assert report["config"]["grad_clip"] == 5, "the copies clip as the script does"
     captured = report["command"]
     assert captured["captured_steps"] == 60 and captured["heldout_samples"] == 600, captured
     # 4 batches of the stream after step 60 (128 samples), then the script's own validation set.
     assert "the script's own evaluation" in captured["heldout_from"], captured
     assert "epoch 1" not in err, "the script ends once the doctor's batches are captured"
-    again = doctor(tmp_path / "b", *BUGGY, flags=flags)[1]
+    again = doctor(tmp_path / "b", *BUGGY, "--clip", "5", flags=flags)[1]
     assert [s["evidence"] for s in again["signs"]] == [s["evidence"] for s in report["signs"]]
 
 
