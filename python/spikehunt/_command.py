@@ -100,6 +100,8 @@ def _environment(settings, work):
     env.update(dict(pair.split("=", 1) for pair in settings.get("env", [])))
     if settings.get("deterministic"):  # what cuBLAS needs to be deterministic (torch's docs), unless set
         env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if settings.get("port"):  # a sweep's burst: a rendezvous port of its own (torchrun's, and env:// init's)
+        env["MASTER_PORT"] = env["PET_MASTER_PORT"] = str(settings["port"])
     env["PYTHONPATH"] = os.pathsep.join([site, package] + [p for p in [env.get("PYTHONPATH")] if p])
     env["SPIKEHUNT_ATTACH"] = json.dumps({"out": os.path.abspath(settings["out"]), "steps": settings["steps"],
                                           "rules": settings["rules"], "status_dir": work,
@@ -133,6 +135,15 @@ def run(argv):
         return _run(settings, command, shown, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def free_port():
+    """A TCP port free now on this machine: each burst's own rendezvous, so that two torchrun bursts
+    of a sweep at once (-j 2) do not both listen on torchrun's default 29500."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def working_folder(work):

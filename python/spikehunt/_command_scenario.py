@@ -102,6 +102,8 @@ class CommandScenario(spikehunt.Scenario):
         health = self.config.to_dict().get("health", {})
         settings = {"out": os.path.join(work, "out"), "steps": self.planned_steps(), "rules": health,
                     "threads": self.config.threads, "env": self.env, "deterministic": True}
+        if not any(w.startswith(("--master-port", "--master_port")) for w in self.command):
+            settings["port"] = _command.free_port()
         code, tail, statuses = _command.execute(self.command, settings, work, echo=False,
                                                 cwd=_command.working_folder(work))
         main = _command.watched(statuses)

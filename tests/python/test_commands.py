@@ -367,3 +367,15 @@ def test_each_burst_writes_its_own_files_apart_and_the_scripts_relative_paths_st
     assert p.returncode == 0 and "2 runs, 0 failed" in p.stdout, p.stdout + p.stderr
     assert "saw other data" not in p.stderr, p.stderr
     assert not (tmp_path / "progress.txt").exists(), "a burst's own file landed in the user's folder"
+
+
+def test_a_sweep_runs_two_torchrun_bursts_at_once_each_on_a_rendezvous_port_of_its_own(tmp_path):
+    """-j 2: two bursts of `torchrun --nproc-per-node 2` at the same time would both listen on torchrun's
+    default port 29500 (the second: "address already in use", crashed); each gets a free port."""
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"base": {"threads": 1}, "dimensions": {"lr": {"set": [0.05, 0.1]}}}))
+    rc, out, err = spikehunt("sweep", "--space", str(space), "--runs", "2", "-j", "2", "--out", str(tmp_path / "out"),
+                             "--no-progress", "--no-repeat-check", "--steps", "5", "--", sys.executable, "-m",
+                             "torch.distributed.run", "--nproc-per-node", "2", "examples/commands/train_ddp.py",
+                             "--lr", "{lr}", script=["-m", "spikehunt"])
+    assert rc == 0 and "2 runs, 0 failed" in out, out + err
