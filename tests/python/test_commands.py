@@ -302,8 +302,8 @@ def test_a_local_module_the_script_imports_is_code_of_the_sweeps_build(tmp_path)
                                   "o = torch.optim.SGD(m.parameters(), lr=a.lr)\n" % str(tmp_path),
                                   ["lr"], {"lr": {"log_range": [0.01, 1]}})
     assert rc == 0, out + err
-    rc, out, err = sweep_a_script(tmp_path, "", ["lr"], {"lr": {"log_range": [0.01, 1]}}, rewrite=False)
-    assert rc == 0, "the same code resumes: " + out + err
+    files = read_json(str(tmp_path / "out" / "command-files.json"))
+    assert sorted(os.path.basename(f) for f in files) == ["helper.py", "train.py"], files
     (tmp_path / "helper.py").write_text("WIDTH = 2  # edited\n")
     rc, out, err = sweep_a_script(tmp_path, "", ["lr"], {"lr": {"log_range": [0.01, 1]}}, rewrite=False)
     assert rc == 2 and "resuming would mix two versions of the code" in err, out + err
@@ -379,3 +379,23 @@ def test_a_sweep_runs_two_torchrun_bursts_at_once_each_on_a_rendezvous_port_of_i
                              "torch.distributed.run", "--nproc-per-node", "2", "examples/commands/train_ddp.py",
                              "--lr", "{lr}", script=["-m", "spikehunt"])
     assert rc == 0 and "2 runs, 0 failed" in out, out + err
+
+
+@pytest.mark.parametrize("script, knob, healthy", [
+    ("examples/commands/train_globals.py", "--learning_rate={lr}", "--learning_rate=0.001"),  # nanoGPT's style
+    ("examples/commands/train_hydra_style.py", "optim.lr={lr}", "optim.lr=0.01"),            # Hydra's overrides
+])
+def test_scripts_written_other_ways_run_healthy_and_their_unstable_rates_are_found_shrunk_and_replayed(
+        tmp_path, script, knob, healthy):
+    rc, out, err = run(tmp_path / "run", script, healthy, flags=["--steps", "12"])
+    assert rc == 0 and "verdict: healthy after 12 of 12 steps" in out, out + err
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"base": {"threads": 1}, "dimensions": {"lr": {"log_range": [0.01, 10]}}}))
+    rc, out, err = spikehunt("sweep", "--space", str(space), "--runs", "4", "--out", str(tmp_path / "sweep"),
+                             "--no-progress", "--no-repeat-check", "--max-shrinks", "1", "--shrink-bursts", "3",
+                             "--steps", "12", "--", sys.executable, script, knob, script=["-m", "spikehunt"])
+    high = [line.split() for line in out.splitlines() if line.strip().startswith("params.lr [1, 10)")]
+    assert rc == 1 and high and high[0][3] == "1/1", out + err  # the unstable region: every run there failed
+    minimal = out.split("minimal config")[1].split("shrink:")[0]
+    assert "params.lr=" in minimal, "shrunk to a rate away from the space's simplest: " + out
+    assert "replay: reproduced" in out, out
