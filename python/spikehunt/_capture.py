@@ -46,6 +46,7 @@ class Capture:
         self.train = []         # [(inputs, targets)]
         self.heldout = []       # [(inputs, targets)]
         self.seen = set()       # hashes of the training samples
+        self.held = set()       # ... and of the held-out ones (an evaluation repeated each epoch counts once)
         self.eval_calls = []    # (module, inputs, outputs) of the script's evaluation calls
         self.model = None       # the primary optimizer's model at its first training call
         self.optimizer = None   # (class, [(hyperparameters, [parameter index])])
@@ -205,9 +206,11 @@ class Capture:
         if have >= self.heldout_samples:
             return
         inputs, targets = inputs.detach().clone(), targets.detach().clone()
-        keep = [i for i, h in enumerate(_sample_hashes(inputs, targets)) if h not in self.seen]
+        hashes = _sample_hashes(inputs, targets)
+        keep = [i for i, h in enumerate(hashes) if h not in self.seen and h not in self.held]
         if not keep:
             return
+        self.held.update(hashes[i] for i in keep)
         keep = torch.tensor(keep[:self.heldout_samples - have], device=inputs.device)
         self.heldout.append((inputs.index_select(0, keep), targets.index_select(0, keep)))
         if source not in self.heldout_from:
