@@ -21,6 +21,7 @@ the steps, each Watch's folder and story, and the script's own traceback if it r
 """
 import atexit
 import json
+import math
 import os
 import sys
 import traceback
@@ -209,7 +210,14 @@ def _after_forward(module, args, kwargs, output):
         name = s.names.get(id(call.module), {}).get(id(module))
         tensor = output[0] if isinstance(output, (tuple, list)) and output else output
         if name and isinstance(tensor, s.torch.Tensor) and tensor.is_floating_point():
-            call.taps.append((name, tensor, s.core.max_abs(tensor) if tensor.is_cpu else None))
+            peak = s.core.max_abs(tensor) if tensor.is_cpu else None
+            if peak is not None and math.isfinite(peak):
+                # The monitor reads a CPU tap's max (taken now, in cache) and its size; the tensor itself only
+                # to count non-finite values. A stand-in of its shape on one element's storage lets backward
+                # free the activation as in a plain loop (held until the optimizer's pre-hook, it cost page
+                # faults: bench/python/command_bench.py).
+                tensor = s.torch.zeros((), dtype=tensor.dtype).expand(tensor.shape)
+            call.taps.append((name, tensor, peak))
     return None
 
 
