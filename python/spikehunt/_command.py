@@ -180,6 +180,37 @@ def execute(command, settings, work, echo=True, cwd=None):
     return code, list(tail), _statuses(work)
 
 
+class Stopped(Exception):
+    """The command did not run to its end under a verb: `code` is the verb's exit code (said already)."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+def execute_under(verb, command, shown, settings, work, echo=True):
+    """execute() for `verb -- COMMAND`: (exit code, its last lines as text, statuses); Stopped(2) when the
+    program cannot start, Stopped(130) on Ctrl-C, each said on stderr."""
+    try:
+        code, tail, statuses = execute(command, settings, work, echo=echo)
+    except OSError as e:
+        print(f"error: {verb} -- {shown}: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr)
+        raise Stopped(2) from None
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {shown}", file=sys.stderr)
+        raise Stopped(130) from None
+    return code, "\n".join(f"  | {t}" for t in tail) or "  (no output)", statuses
+
+
+def nothing_watched(statuses, code):
+    """Why a command's processes gave no watched step: none imported torch, one ended abruptly, or none stepped."""
+    if not statuses:
+        return "no Python process of it imported torch"
+    if any(s.get("abrupt") for s in statuses):
+        return abrupt(statuses, code)
+    return "it imported torch but never took an optimizer step"
+
+
 def abrupt(statuses, code):
     """What to say of a process that imported torch and ended without its exit handlers."""
     pids = ", ".join(str(s["pid"]) for s in statuses if s.get("abrupt"))
@@ -197,14 +228,9 @@ def watched(statuses):
 
 def _run(settings, command, shown, work):
     try:
-        code, tail, statuses = execute(command, settings, work)
-    except OSError as e:
-        print(f"error: run -- {shown}: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: {shown}", file=sys.stderr)
-        return 130
-    last = "\n".join(f"  | {t}" for t in tail) or "  (no output)"
+        code, last, statuses = execute_under("run", command, shown, settings, work)
+    except Stopped as s:
+        return s.code
     main = watched(statuses)
     if not statuses:
         print(f"error: run -- {shown}: no Python process of the command imported torch (exit {code}), so there is "

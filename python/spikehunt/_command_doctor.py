@@ -77,19 +77,12 @@ def run(argv):
 def _doctor(settings, command, shown, report, work):
     echo = sys.stderr if settings["json"] else sys.stdout
     try:
-        code, tail, statuses = _command.execute(command, settings, work, echo=echo)
-    except OSError as e:
-        print(f"error: doctor -- {shown}: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: {shown}", file=sys.stderr)
-        return 130
-    last = "\n".join(f"  | {t}" for t in tail) or "  (no output)"
+        code, last, statuses = _command.execute_under("doctor", command, shown, settings, work, echo=echo)
+    except _command.Stopped as s:
+        return s.code
     main = _command.watched(statuses)
     if main is None or not main.get("doctor"):
-        why = ("no Python process of the command imported torch" if not statuses else
-               _command.abrupt(statuses, code) if any(s.get("abrupt") for s in statuses) else
-               "the command imported torch but never took an optimizer step")
+        why = _command.nothing_watched(statuses, code)
         print(f"error: doctor -- {shown}: {why} (exit {code}); its last lines:\n{last}", file=sys.stderr)
         return 2 if not any(s.get("abrupt") for s in statuses) else 1
     d = main["doctor"]

@@ -110,10 +110,8 @@ class CommandScenario(spikehunt.Scenario):
         last = "\n".join(tail[-6:])
         shown = " ".join(self.command)
         if main is None:
-            what = ("no Python process of it imported torch" if not statuses else
-                    _command.abrupt(statuses, code) if any(s.get("abrupt") for s in statuses) else
-                    "it imported torch but never took an optimizer step")
-            raise RuntimeError(f"the command {shown} (exit {code}): {what}; its last lines:\n{last}")
+            raise RuntimeError(f"the command {shown} (exit {code}): {_command.nothing_watched(statuses, code)}; its "
+                               f"last lines:\n{last}")
         # Several optimizers (a GAN): the burst is the one that fared worst (the first of equals).
         worst = max(main["watches"], key=lambda w: SEVERITY.get(w["verdict"]["outcome"], 0))
         path = worst["path"]
