@@ -468,7 +468,7 @@ def _at_exit():
         except Exception as e:  # noqa: BLE001  (said by the launcher; the steps' status is still written)
             error = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-4000:]
         doctor = {"rc": rc, "error": error, "reasons": c.reasons, "notes": c.notes, "train": len(c.train),
-                  "heldout": sum(int(x.shape[0]) for x, _ in c.heldout), "heldout_from": c.heldout_from,
+                  "heldout": c.heldout_count(), "heldout_from": c.heldout_from,
                   "model": c.root_name}
     _write_status({"doctor": doctor, "modules": _local_modules(), "pid": os.getpid(), "argv": sys.argv, "torch": True, "steps": s.done,
                    "optimizers": len(s.order), "skipped": s.skipped, "ended": s.ended, "error": s.error,

@@ -164,8 +164,11 @@ class Capture:
         """Every batch captured; or, where the probes cannot run, `steps` steps watched as `run` watches them."""
         if self.reasons:
             return self.stepped >= self.steps
-        return (len(self.train) >= self.steps and
-                                      sum(int(x.shape[0]) for x, _ in self.heldout) >= self.heldout_samples)
+        return len(self.train) >= self.steps and self.heldout_count() >= self.heldout_samples
+
+    def heldout_count(self):
+        """The held-out samples captured so far."""
+        return sum(int(x.shape[0]) for x, _ in self.heldout)
 
     # ---- the parts, at the first step ----
 
@@ -202,7 +205,7 @@ class Capture:
                                 f"({type(e).__name__}: {e}): the probes need optimizers of their own")
 
     def _add_heldout(self, inputs, targets, source):
-        have = sum(int(x.shape[0]) for x, _ in self.heldout)
+        have = self.heldout_count()
         if have >= self.heldout_samples:
             return
         inputs, targets = inputs.detach().clone(), targets.detach().clone()
