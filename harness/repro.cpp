@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include "base/files.h"
-#include "base/hash.h"
 #include "harness/checkpoint.h"
 #include "harness/report.h"
 #include "harness/results.h"
@@ -84,10 +83,7 @@ ReplayReport replay(const Repro& repro, const std::string& repro_path, const Rep
   for (std::string& w : environment_warnings(repro.environment, now, "repro")) report.warnings.push_back(std::move(w));
   // The code that ran, file by file, against what is on disk now.
   for (const CodeFile& f : repro.code) {
-    const std::string now = std::filesystem::exists(f.path) ? [&] {
-      const std::string bytes = read_file(f.path);
-      return hash_bytes(bytes.data(), bytes.size()).hex();
-    }() : std::string();
+    const std::string now = code_hash(f.path);
     if (now.empty()) report.warnings.push_back("the code changed since the repro was recorded: " + f.path + " is gone");
     else if (now != f.hash) report.warnings.push_back("the code changed since the repro was recorded: " + f.path);
   }

@@ -1,5 +1,7 @@
 #include "harness/repro_file.h"
 
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
@@ -17,12 +19,16 @@ constexpr int kReproVersion = 1;
 
 }  // namespace
 
+std::string code_hash(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return "";
+  const std::string bytes = read_file(path);
+  return hash_bytes(bytes.data(), bytes.size()).hex();
+}
+
 std::vector<CodeFile> code_identity() {
   std::vector<CodeFile> files;
-  for (const std::string& f : build_files_of(self_executable())) {
-    const std::string bytes = read_file(f);
-    files.push_back({f, hash_bytes(bytes.data(), bytes.size()).hex()});
-  }
+  for (const std::string& f : build_files_of(self_executable())) files.push_back({f, code_hash(f)});
   return files;
 }
 

@@ -30,6 +30,8 @@ struct CodeFile {
 
 // The code this process runs, file by file: what a repro records and replay compares.
 std::vector<CodeFile> code_identity();
+// One file's CodeFile::hash as it is now ("" when the file is gone).
+std::string code_hash(const std::string& path);
 
 struct Repro {
   TrainingConfig config;
