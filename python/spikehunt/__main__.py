@@ -53,6 +53,7 @@ def run(argv):
         except _command._BadInput as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+    code_files = code_files or _command.config_files(rest)  # ... and one run of a command's config
     if "--" in rest and rest[:1] == ["sweep"]:  # ... and a sweep over its knobs
         try:
             rest, code_files = _command.sweep_args(rest)

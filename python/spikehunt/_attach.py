@@ -25,17 +25,46 @@ import math
 import os
 import sys
 import traceback
+import weakref
 
 _state = None
 
 
 class _Call:
     """One call of a root module while training: its inputs, outputs and leaf taps."""
-    __slots__ = ("module", "inputs", "outputs", "taps", "labels", "plain")
+    __slots__ = ("module", "inputs", "outputs", "taps", "labels", "plain", "last_tap")
 
     def __init__(self, module, inputs, labels):
         self.module, self.inputs, self.outputs, self.taps, self.labels = module, inputs, None, [], labels
         self.plain = False  # called on one tensor, no keywords (what `doctor -- COMMAND`'s copies can replay)
+        self.last_tap = None  # (a weak reference to the last tapped output, its version counter then)
+
+
+# Leaves whose output is, elementwise or over a pooling window, no larger in magnitude than their input and
+# finite where it is: |f(x)| <= max|x|. Applied to the tensor the previous tap just read, unchanged since,
+# such a leaf can neither be the first non-finite tensor nor raise the largest activation, so its tap would
+# only repeat a bound the monitor already holds (and cost a pass over the tensor: docs/benchmarks.md).
+_NON_EXPANSIVE = ("ReLU", "ReLU6", "Tanh", "GELU", "SiLU", "Mish", "Softsign", "Hardswish", "Hardshrink",
+                  "Softshrink", "Tanhshrink", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d",
+                  "AvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "AdaptiveAvgPool1d",
+                  "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "Flatten", "Unflatten", "Identity")
+
+
+def _repeats_last_tap(module, args, call):
+    """True when `module` is a non-expansive leaf of torch.nn applied to the last tapped tensor, untouched."""
+    if call.last_tap is None or not args or type(module).__module__.split(".")[:2] != ["torch", "nn"]:
+        return False
+    name = type(module).__name__
+    if name == "LeakyReLU":
+        if abs(module.negative_slope) > 1:
+            return False
+    elif name in ("ELU", "CELU"):
+        if not 0 <= module.alpha <= 1:
+            return False
+    elif name not in _NON_EXPANSIVE:
+        return False
+    ref, version = call.last_tap
+    return args[0] is ref() and args[0]._version == version
 
 
 class _State:
@@ -210,6 +239,10 @@ def _after_forward(module, args, kwargs, output):
         name = s.names.get(id(call.module), {}).get(id(module))
         tensor = output[0] if isinstance(output, (tuple, list)) and output else output
         if name and isinstance(tensor, s.torch.Tensor) and tensor.is_floating_point():
+            if _repeats_last_tap(module, args, call):
+                call.last_tap = (weakref.ref(tensor), tensor._version)  # the bound holds on down the chain
+                return None
+            call.last_tap = (weakref.ref(tensor), tensor._version)
             peak = s.core.max_abs(tensor) if tensor.is_cpu else None
             if peak is not None and math.isfinite(peak):
                 # The monitor reads a CPU tap's max (taken now, in cache) and its size; the tensor itself only

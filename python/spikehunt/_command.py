@@ -368,6 +368,25 @@ def sweep_args(argv):
     return [verb, "--space", path, *flags], sorted(files)
 
 
+def config_files(argv):
+    """`run --config C` of a command's config (scenario "command"): its script files, hashed as code into the
+    repro (`replay` warns when one changed). [] for any other run; a config that cannot be read is left to
+    the engine, which names what is wrong with it."""
+    _, path = _flag_value(argv[1:], "--config")
+    if argv[:1] != ["run"] or path is None:
+        return []
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return []
+    params = config.get("params") if isinstance(config, dict) and config.get("scenario") == "command" else None
+    command = params.get("command") if isinstance(params, dict) else None
+    if not isinstance(command, list):
+        return []
+    return sorted({os.path.abspath(w) for w in command if isinstance(w, str) and w.endswith(".py") and os.path.isfile(w)})
+
+
 def merge_files(argv):
     """`merge OUT SHARD_DIR...` of a command's sweep: the code files its shards hashed into their build
     id, from command-files.json in the folder above each shard (the sweep's --out); [] for others."""

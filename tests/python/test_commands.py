@@ -31,12 +31,48 @@ def test_a_healthy_script_is_watched_step_by_step_and_two_runs_are_bit_identical
     assert verdict["outcome"] == "healthy" and verdict["steps_run"] == 3 * 1024 // 64, verdict
     trace = read_jsonl(os.path.join(folder, "trace.jsonl"))
     assert len(trace) == 48 and trace[0]["label_histogram"] and len(trace[0]["label_histogram"]) == 8, trace[0]
-    assert set(trace[0]["activations"]) == {"0", "1", "2", "3", "4"}, "the model's leaves are the taps"
+    # The Linear layers are tapped; each ReLU only bounds the tap before it (|relu(x)| <= max|x|).
+    assert set(trace[0]["activations"]) == {"0", "2", "4"}, "the model's leaves are the taps"
     # Same command, same seed: the same hashes and losses, step by step.
     rc, out, err = run(tmp_path / "b", *MLP, "--batch-size", "64")
     [again] = folders(tmp_path / "b")
     assert read_json(os.path.join(again, "verdict.json"))["hash_chain"] == verdict["hash_chain"]
     assert [t["loss"] for t in read_jsonl(os.path.join(again, "trace.jsonl"))] == [t["loss"] for t in trace]
+
+
+RESIDUAL = """
+import torch, torch.nn as nn
+torch.manual_seed(0)
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.relu_a, self.pool = nn.Linear(8, 8), nn.ReLU(), nn.AdaptiveMaxPool1d(4)
+        self.b, self.relu_b = nn.Linear(4, 4), nn.ReLU()
+        self.c, self.steep = nn.Linear(4, 4), nn.LeakyReLU(2.0)
+    def forward(self, x):
+        x = self.pool(self.relu_a(self.a(x)))  # each bounded by the tap before: a's
+        y = self.b(x)
+        y += x  # in place after b's tap: relu_b reads a larger tensor than b's tap saw
+        return self.steep(self.c(self.relu_b(y)))
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(3):
+    opt.zero_grad()
+    model(torch.randn(16, 2, 8)).pow(2).mean().backward()
+    opt.step()
+"""
+
+
+def test_a_leaf_is_left_untapped_only_where_the_tap_before_it_bounds_its_output(tmp_path):
+    script = tmp_path / "residual.py"
+    script.write_text(RESIDUAL)
+    rc, out, err = run(tmp_path / "out", str(script))
+    assert rc == 0, out + err
+    [folder] = folders(tmp_path / "out")
+    taps = set(read_jsonl(os.path.join(folder, "trace.jsonl"))[0]["activations"])
+    # relu_a follows a's tap untouched, pool follows relu_a; b's output changed in place before relu_b
+    # read it, and a slope of 2 can double c's max.
+    assert taps == {"a", "b", "relu_b", "c", "steep"}, taps
 
 
 def test_an_unstable_setting_ends_at_its_first_non_finite_step_with_the_onset_before_it(tmp_path):
@@ -291,6 +327,11 @@ def test_a_replay_that_sees_other_data_says_whether_the_script_is_unrepeatable_o
     assert rc == 1 and "a second replay drew the same inputs as the first" in out and "changed since" in out, out
     rc, out, err = spikehunt("replay", seeded, env={"SEEDED": "1"}, script=["-m", "spikehunt"])
     assert rc == 0 and "reproduced: healthy" in out, out + err
+    # The repro of one run of a command's config records its script as code: an edit is said at replay.
+    assert str(script) in [f["path"] for f in read_json(seeded)["code"]], read_json(seeded)["code"]
+    script.write_text(script.read_text() + "# edited\n")
+    rc, out, err = spikehunt("replay", seeded, env={"SEEDED": "1"}, script=["-m", "spikehunt"])
+    assert f"the code changed since the repro was recorded: {script}" in out + err, out + err
 
 
 def test_a_local_module_the_script_imports_is_code_of_the_sweeps_build(tmp_path):
