@@ -67,8 +67,8 @@ std::vector<std::string> flags_of(const CLI::App& app) {
 }
 
 // A command-line parse error in the form of config errors: error: / hint:.
-InputError flag_error(const CLI::ParseError& e, const std::string& program, const std::string& verb,
-                      const CLI::App* app) {
+InputError parse_error(const CLI::ParseError& e, const std::string& program, const std::string& verb,
+                       const CLI::App* app) {
   const std::string where = verb.empty() ? program : program + " " + verb;
   const std::string help = where + " --help lists its flags";
   const std::string what = e.what();
@@ -178,7 +178,7 @@ int Cli::main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return impl_->app.exit(e) == 0 ? kExitOk : kExitBadInput;
   } catch (const CLI::ParseError& e) {
-    std::cerr << flag_error(e, program, verb, verb_app).what() << "\n";
+    std::cerr << parse_error(e, program, verb, verb_app).what() << "\n";
     return kExitBadInput;
   }
   try {

@@ -279,6 +279,15 @@ std::vector<torch::optim::OptimizerParamGroup> groups_of(const py::object& optim
   return groups;
 }
 
+// The optimizer's defaults, a copy (torch.optim's `defaults`, else its first group's settings): LibTorch
+// reads them when it adds a group (2.15 reads their learning rate), and must not change the Python ones.
+py::dict defaults_of(const py::object& optimizer) {
+  const py::object defaults = py::getattr(optimizer, "defaults", py::none());
+  if (py::isinstance<py::dict>(defaults) && defaults.contains("lr")) return py::dict(defaults);
+  const py::list groups(optimizer.attr("param_groups"));
+  return groups.empty() ? py::dict() : py::dict(groups[0]);
+}
+
 // The per-parameter buffers of torch.optim's optimizers, in the order
 // checkpoints list them; another optimizer's are the ones its state holds.
 const std::map<std::string, std::vector<std::string>>& known_buffers() {
@@ -299,7 +308,7 @@ const std::map<std::string, std::vector<std::string>>& known_buffers() {
 class PyOptimizer : public ForeignOptimizer {
  public:
   explicit PyOptimizer(py::object optimizer)
-      : ForeignOptimizer(groups_of(optimizer), std::make_unique<PyGroupOptions>(py::dict())),
+      : ForeignOptimizer(groups_of(optimizer), std::make_unique<PyGroupOptions>(defaults_of(optimizer))),
         optimizer_(optimizer),
         class_(type_name(optimizer)) {
     for (const py::handle g : optimizer.attr("param_groups")) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # quickstart.sh — the README's two commands on a fresh Debian 12 machine.
-#   scripts/quickstart.sh run [spikehunt sweep flags...] install, build, run the default sweep
+#   scripts/quickstart.sh run [spikehunt sweep flags...] install, build the binary and the Python
+#                                                        package, run the default sweep
 #   scripts/quickstart.sh test                           install, build (fuzz targets too), run the tests
 # Installs packages with scripts/setup.sh (apt, as root or through sudo),
 # builds Release into build/, then runs. `run` exits 0 when the sweep ran to
@@ -15,13 +16,13 @@ case "$what" in
   *) echo "usage: scripts/quickstart.sh run|test" >&2; exit 2 ;;
 esac
 
-if [ "$what" = test ]; then scripts/setup.sh --slurm; else scripts/setup.sh; fi
+if [ "$what" = test ]; then scripts/setup.sh --tests --slurm; else scripts/setup.sh; fi
 
 if [ "$what" = test ]; then
   scripts/build.sh -DSPIKEHUNT_FUZZ=ON  # the tests include every fuzz target on its corpus
   exec ctest --test-dir build --output-on-failure -j "$(nproc)"
 fi
-scripts/build.sh
+scripts/build.sh --target spikehunt --target spikehunt_python  # what it runs; `test` builds the rest
 
 set +e
 build/spikehunt sweep "$@"

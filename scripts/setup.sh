@@ -4,10 +4,13 @@
 # spikehunt builds against. Idempotent: a package already installed is
 # skipped, apt is not touched when nothing is missing, and pip finds the pins
 # satisfied (its cache serves a fresh clone).
-# Usage: scripts/setup.sh            (as root, or with sudo available)
-#        scripts/setup.sh --peer     kept for scripts that pass it (PyTorch is always installed)
+# Usage: scripts/setup.sh            (as root, or with sudo available): what the binary and the
+#                                    Python package need to build and run
+#        scripts/setup.sh --tests    also what the tests, benchmarks and fuzz targets need
+#                                    (GoogleTest, Google Benchmark, clang-14 and libFuzzer, chromium)
 #        scripts/setup.sh --slurm    also Slurm and munge, for the test of sharded sweeps
-#                                    (tests/slurm_cluster.sh; scripts/quickstart.sh test passes it)
+#                                    (tests/slurm_cluster.sh; scripts/quickstart.sh test passes both)
+#        scripts/setup.sh --peer     kept for scripts that pass it (PyTorch is always installed)
 # The environment: .venv in the project, made with python3 (3.9 or newer), or
 # the one SPIKEHUNT_VENV names. A named environment that already holds torch
 # 2.x keeps its torch (spikehunt is then built against that one); only the
@@ -15,24 +18,30 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
+# What the binary and the Python package build from and run on (the README's first command).
 packages=(
   build-essential cmake ninja-build pkg-config git
   libopenblas0-openmp
-  librapidcheck-dev libgtest-dev libgmock-dev libbenchmark-dev
-  clang-14 libfuzzer-14-dev libclang-rt-14-dev
+  librapidcheck-dev
   dataset-fashion-mnist fortunes
   libxxhash-dev nlohmann-json3-dev libcli11-dev libsqlite3-dev zlib1g-dev
-  libjs-dygraphs chromium
-  libxml2-utils
+  libjs-dygraphs
   python3-dev python3-venv
+)
+# ... and what the tests, benchmarks and fuzz targets need besides (--tests).
+test_packages=(
+  libgtest-dev libgmock-dev libbenchmark-dev
+  clang-14 libfuzzer-14-dev libclang-rt-14-dev
+  chromium libxml2-utils
 )
 
 for option in "$@"; do
   case "$option" in
     --peer) ;;
+    --tests) packages+=("${test_packages[@]}") ;;
     # The daemons are not started as services: the test starts its own cluster.
     --slurm) packages+=(slurmctld slurmd slurm-client munge) ;;
-    *) echo "setup: unknown option $option (known: --peer, --slurm)" >&2; exit 2 ;;
+    *) echo "setup: unknown option $option (known: --tests, --slurm, --peer)" >&2; exit 2 ;;
   esac
 done
 

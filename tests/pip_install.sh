@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# `pip install .` as a PyTorch user does it: a fresh virtual environment, the
-# pinned torch from PyPI (pip's cache serves it), then spikehunt from this
-# source tree with pip's default build isolation, which brings no torch of its
+# `pip install .` as a PyTorch user does it, on the torch they have: a fresh
+# virtual environment, TORCH (a pip requirement: the newest torch PyPI serves,
+# tests/CMakeLists.txt) from PyPI, then spikehunt built from this source tree
+# against it with pip's default build isolation, which brings no torch of its
 # own (pyproject.toml). Then, from another folder with no build tree on any
-# path: the `spikehunt` command, `python -m spikehunt`, the PyTorch 2.x
-# decoder example (SDPA, RMSNorm, rotary, fused AdamW, bf16 autocast) under
-# run, sweep (shrink, replayed repro) and doctor, and spikehunt.Watch.
-# Usage: tests/pip_install.sh SOURCE_DIR PYTHON   (PYTHON: whose base interpreter makes the venv)
+# path, tests/installed_checks.sh, and the Python tests named after TORCH
+# against the installed package.
+# Usage: tests/pip_install.sh SOURCE_DIR PYTHON TORCH [TEST_FILE...]
+#   PYTHON: whose base interpreter makes the venv; TORCH: e.g. torch==2.15.0
 set -euo pipefail
 src=$(cd "$1" && pwd)
 python=$2
+torch=$3
+shift 3
 work=$(mktemp -d /tmp/spikehunt-pip.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 # shellcheck source=tests/expect.sh
@@ -20,48 +23,23 @@ base=$("$python" -c 'import sys; print(sys._base_executable)')
 venv=$work/venv/bin
 unset PYTHONPATH
 start=$(date +%s)
-"$venv/python" -m pip install -q --disable-pip-version-check $(grep -E '^(torch|numpy)==' "$src/requirements.txt") ||
-  fail "pip install torch and numpy (the pins of requirements.txt)"
-echo "ok: torch $("$venv/python" -c 'import torch; print(torch.__version__)') installed in $(( $(date +%s) - start )) s"
+"$venv/python" -m pip install -q --disable-pip-version-check "$torch" \
+  $(grep -E '^(numpy|pytest|safetensors)==' "$src/requirements.txt" | cut -d' ' -f1) || fail "pip install $torch, numpy, pytest and safetensors"
+version=$("$venv/python" -c 'import torch; print(torch.__version__)')
+echo "ok: torch $version installed in $(( $(date +%s) - start )) s"
 start=$(date +%s)
 "$venv/python" -m pip install --disable-pip-version-check -C build-dir="$work/build" "$src" > "$work/pip.log" 2>&1 ||
   { tail -n 60 "$work/pip.log"; fail "pip install $src"; }
-echo "ok: pip install . built and installed spikehunt in $(( $(date +%s) - start )) s"
+echo "ok: pip install . built spikehunt against torch $version and installed it in $(( $(date +%s) - start )) s"
+# The package requires the torch it was built against, exactly.
+requires=$("$venv/python" -c 'import importlib.metadata as m; print(m.requires("spikehunt"))')
+grep -q "torch==${version%%+*}" <<<"$requires" || fail "spikehunt requires $requires, not torch==${version%%+*}"
 
-cd "$work"  # no build tree, no source tree on any path from here on
-# The package is the installed one, and the extension sits in site-packages.
-expect 0 "site-packages/spikehunt/__init__.py" -- "$venv/python" -c 'import spikehunt; print(spikehunt.__file__)'
-expect 0 "^0\.[0-9]+\.[0-9]+" -- "$venv/python" -c 'import spikehunt; print(spikehunt.__version__)'
-expect 0 "run +Run one training burst" -- "$venv/spikehunt" --help
-llama=$src/examples/python/llama.py
-small=(--set max_batches_per_epoch=6 --set schedule.warmup_steps=2 --set model.gpt.width=32 --set batch_size=4)
-expect 0 "verdict: healthy after 6 of 6 steps" -- \
-  "$venv/python" "$llama" run --config "$src/examples/python/llama.json" "${small[@]}" --out "$work/run"
-grep -q "LibTorch 2\." <<<"$out" || fail "run names LibTorch 2.x in its header"
-# A learning rate far past stable: the sweep finds it, shrinks it and replays its repro.
-cat > "$work/space.json" <<EOF
-{"base": {"scenario": "py_llama", "model": {"kind": "gpt", "gpt": {"width": 32, "layers": 1, "heads": 2, "context": 32}},
-          "dataset": {"kind": "text"}, "optimizer": {"kind": "adamw", "lr": 0.003},
-          "batch_size": 4, "max_batches_per_epoch": 8, "threads": 1},
- "dimensions": {"optimizer.lr": {"set": [0.003, 10]}, "seed": {"range": [0, 1], "simplest": 0}}}
-EOF
-expect 1 "replay: reproduced" -- "$venv/python" "$llama" sweep --space "$work/space.json" --runs 4 -j 2 \
-  --shrink-bursts 6 --max-shrinks 1 --no-progress --out "$work/sweep"
-grep -qE "replay it: .*llama.py replay" <<<"$out" || fail "the sweep's replay command names the user's script"
-repro=$(ls "$work"/sweep/repros/*.repro.json | head -n 1)
-expect 0 "reproduced" -- "$venv/python" -m spikehunt --module "$llama" replay "$repro"
-expect 0 "no vital sign failed|most likely cause" -- \
-  "$venv/python" "$llama" doctor --config "$src/examples/python/llama.json" "${small[@]}"
-# spikehunt.Watch in a plain loop of the user's own.
-expect 0 "watch: healthy" -- "$venv/python" -c '
-import torch, torch.nn.functional as F, spikehunt
-torch.manual_seed(0)
-net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.RMSNorm(16), torch.nn.Linear(16, 2))
-opt = torch.optim.AdamW(net.parameters(), lr=1e-3, foreach=True)
-with spikehunt.Watch(net, opt, out="watch_run", num_classes=2) as w:
-    for step in range(5):  # the watch runs backward, the clip and the step
-        x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
-        w.step(F.cross_entropy(net(x), y), x, y)
-print("watch:", w.verdict()["outcome"])
-'
-echo "pip install: passed"
+# shellcheck source=tests/installed_checks.sh
+. "$src/tests/installed_checks.sh"
+if [ $# -gt 0 ]; then
+  cd "$src"  # the tests run from the repository root, on the installed package (no PYTHONPATH)
+  SPIKEHUNT_SOURCE=$src PATH="$venv:$PATH" "$venv/python" -m pytest -q -p no:cacheprovider "$@" ||
+    fail "the Python tests under torch $version"
+fi
+echo "pip install on torch $version: passed"

@@ -35,6 +35,37 @@ __all__ = ["Scenario", "Batch", "Config", "register", "main", "tap", "number", "
 import importlib as _importlib
 import os as _os
 
+
+def _check_torch():
+    """The extension links the LibTorch of one torch release, whose C++ ABI the next one breaks (and a CPU
+    build of the same release lacks its CUDA libraries): under another torch it would fail to load with an
+    undefined symbol. Read without importing torch (its version.py), so the launcher stays fast."""
+    try:
+        from ._build import TORCH as built
+    except ImportError:  # the source folder itself on the path, with no build
+        return
+    import importlib.util
+    import re
+    spec = importlib.util.find_spec("torch")
+    if not built or spec is None or not spec.origin:
+        return  # no torch at all: importing it later says so
+    try:
+        with open(_os.path.join(_os.path.dirname(spec.origin), "version.py")) as f:
+            found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
+    except OSError:
+        return
+    if found and found.group(1) != built:
+        raise ImportError(
+            f"spikehunt was built against torch {built} and this environment holds torch {found.group(1)} "
+            f"({_os.path.dirname(spec.origin)}): its extension links that LibTorch, whose C++ ABI differs "
+            f"between releases (and between a CPU and a CUDA build), so it cannot load here. Either install "
+            f"the torch it was built for (pip install torch=={built.split('+')[0]}), or build spikehunt for "
+            f"the torch at hand from its source: pip install --force-reinstall --no-deps /path/to/spikehunt "
+            f"(docs/python.md)")
+
+
+_check_torch()
+
 # The package's own modules: `from . import _command` imports that module alone, never the API.
 _MODULES = {f.split(".")[0] for f in _os.listdir(_os.path.dirname(_os.path.abspath(__file__)))}
 
