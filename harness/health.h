@@ -1,5 +1,5 @@
 // health.h — classifies a step as finite, extreme or non_finite from its
-// statistics, with named rules (see HealthRules in scenarios/config.h), and
+// statistics, with named rules (see HealthRules in scenarios/health_rules.h), and
 // names the layer that moved first at the onset.
 //   non_finite             any statistic is NaN or ±Inf
 //   loss_limit             loss > limit
