@@ -19,10 +19,13 @@ esac
 if [ "$what" = test ]; then scripts/setup.sh --tests --slurm; else scripts/setup.sh; fi
 
 if [ "$what" = test ]; then
-  scripts/build.sh -DSPIKEHUNT_FUZZ=ON  # the tests include every fuzz target on its corpus
+  # The tests include the benchmarks' build and every fuzz target on its corpus (ON again after a `run`).
+  scripts/build.sh -DSPIKEHUNT_TESTS=ON -DSPIKEHUNT_BENCH=ON -DSPIKEHUNT_FUZZ=ON
   exec ctest --test-dir build --output-on-failure -j "$(nproc)"
 fi
-scripts/build.sh --target spikehunt --target spikehunt_python  # what it runs; `test` builds the rest
+# What it runs; without the tests and benchmarks, whose GoogleTest and Google Benchmark `setup.sh --tests`
+# installs (`test` configures them again and builds the rest).
+scripts/build.sh --target spikehunt --target spikehunt_python -DSPIKEHUNT_TESTS=OFF -DSPIKEHUNT_BENCH=OFF
 
 set +e
 build/spikehunt sweep "$@"
