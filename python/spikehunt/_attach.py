@@ -239,10 +239,10 @@ def _after_forward(module, args, kwargs, output):
         name = s.names.get(id(call.module), {}).get(id(module))
         tensor = output[0] if isinstance(output, (tuple, list)) and output else output
         if name and isinstance(tensor, s.torch.Tensor) and tensor.is_floating_point():
-            if _repeats_last_tap(module, args, call):
-                call.last_tap = (weakref.ref(tensor), tensor._version)  # the bound holds on down the chain
+            repeats = _repeats_last_tap(module, args, call)
+            call.last_tap = (weakref.ref(tensor), tensor._version)  # untapped, the bound holds on down the chain
+            if repeats:
                 return None
-            call.last_tap = (weakref.ref(tensor), tensor._version)
             peak = s.core.max_abs(tensor) if tensor.is_cpu else None
             if peak is not None and math.isfinite(peak):
                 # The monitor reads a CPU tap's max (taken now, in cache) and its size; the tensor itself only

@@ -354,7 +354,7 @@ def sweep_args(argv):
     with open(path + ".tmp", "w") as f:
         json.dump(converted, f, indent=2)
     os.replace(path + ".tmp", path)
-    files = {os.path.abspath(w) for w in command if w.endswith(".py") and os.path.isfile(w)}
+    files = set(_script_files(command))
     if "--no-repeat-check" in flags:
         flags.remove("--no-repeat-check")
     else:
@@ -384,6 +384,11 @@ def config_files(argv):
     command = params.get("command") if isinstance(params, dict) else None
     if not isinstance(command, list):
         return []
+    return _script_files(command)
+
+
+def _script_files(command):
+    """The `.py` files a command names that exist, as absolute paths: the code it runs that spikehunt hashes."""
     return sorted({os.path.abspath(w) for w in command if isinstance(w, str) and w.endswith(".py") and os.path.isfile(w)})
 
 
