@@ -23,6 +23,8 @@ parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per
 parser.add_argument("--amp", action="store_true", help="autocast to bfloat16 with a GradScaler")
 parser.add_argument("--overflow-at", type=int, default=-1, help="a loss scaled to inf at this step (the scaler skips it)")
 parser.add_argument("--crash-at", type=int, default=-1, help="raise at this step (a bug in the loop)")
+parser.add_argument("--bug", default="none", help="a classic bug planted in the loop: no_zero_grad, "
+                    "zero_grad_before_step, partial_optimizer, reinit (the first layer re-initialized every step)")
 args = parser.parse_args()
 
 torch.manual_seed(args.seed)
@@ -31,7 +33,8 @@ labels = torch.randint(0, 8, (1024,))
 inputs = centers[labels] + torch.randn(1024, 32)
 
 model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
-optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+trained = model[4].parameters() if args.bug == "partial_optimizer" else model.parameters()
+optimizer = torch.optim.SGD(trained, lr=args.lr, momentum=args.momentum)
 criterion = nn.CrossEntropyLoss()
 scaler = torch.amp.GradScaler("cpu", enabled=args.amp)
 
@@ -48,6 +51,8 @@ for epoch in range(args.epochs):
     for start in range(0, len(inputs), args.batch_size):
         index = order[start:start + args.batch_size]
         x, y = inputs[index], labels[index]
+        if args.bug == "reinit":
+            model[0].reset_parameters()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.amp):
             out = model(x)
             loss = criterion(out, y) if args.loss_module else F.cross_entropy(out, y)
@@ -57,8 +62,11 @@ for epoch in range(args.epochs):
         total += loss.item()
         if (start // args.batch_size + 1) % args.accumulate == 0:
             check(step // args.accumulate)
+            if args.bug == "zero_grad_before_step":
+                optimizer.zero_grad()
             scaler.step(optimizer)
             scaler.update()
-            optimizer.zero_grad()
+            if args.bug != "no_zero_grad":
+                optimizer.zero_grad()
         step += 1
     print(f"epoch {epoch}: mean loss {total / (len(inputs) // args.batch_size):.4f}")

@@ -331,6 +331,8 @@ def _patch_grad_scaler(torch):
         scaled = scale(self, outputs)
         if isinstance(outputs, torch.Tensor) and isinstance(scaled, torch.Tensor):
             _state.scaled[id(scaled)] = outputs
+            if _state.capture is not None:
+                _state.capture.reads.scaler = True
         return scaled
 
     def monitored_step(self, optimizer, *args, **kwargs):
@@ -395,6 +397,10 @@ def _before_step(optimizer, args, kwargs):
     micro = s.micro or s.last_micro
     s.last_micro, s.micro = micro, []
     w = _watch_of(optimizer, micro)
+    if s.capture is not None:  # `doctor -- COMMAND`: each step read as its signs read it (_hook_signs.py)
+        mine = next((c for calls, _, _ in micro[:1] for c in calls if c.module in w._roots), None)
+        s.capture.reads.before_step(_optimizer_index(optimizer), optimizer, optimizer is s.primary,
+                                    mine.inputs if mine else None, micro[0][2] if micro else None)
     if w.ended is not None:  # the doctor's capture goes on past the watch's end: it wants the data
         if s.capture is not None and optimizer is s.primary:
             s.capture.step(optimizer, w._roots, [c for calls, _, _ in micro for c in calls], len(s.order) - 1)
@@ -429,6 +435,8 @@ def _after_step_hook(optimizer, args, kwargs):
             return
     if s.closed:
         return
+    if s.capture is not None:
+        s.capture.reads.after_step(optimizer)
     w = s.watches.get(id(optimizer))
     capturing = s.capture is not None and optimizer is s.primary  # `doctor -- COMMAND`: until it has its batches
     if w is None or w.ended is not None and w._pending is None:
@@ -497,12 +505,12 @@ def _at_exit():
         c = s.capture
         rc, error = None, None
         try:
-            rc = c.run_doctor() if c.train and not c.reasons else None
+            rc = c.run_doctor() if c.train and not c.reasons else c.read_signs(s.folders) if c.reasons else None
         except Exception as e:  # noqa: BLE001  (said by the launcher; the steps' status is still written)
             error = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-4000:]
         doctor = {"rc": rc, "error": error, "reasons": c.reasons, "notes": c.notes, "train": len(c.train),
                   "heldout": c.heldout_count(), "heldout_from": c.heldout_from,
-                  "model": c.root_name}
+                  "model": c.root_name, "read": bool(c.reasons)}
     _write_status({"doctor": doctor, "modules": _local_modules(), "pid": os.getpid(), "argv": sys.argv, "torch": True, "steps": s.done,
                    "optimizers": len(s.order), "skipped": s.skipped, "ended": s.ended, "error": s.error,
                    "interrupted": s.interrupted, "monitor_error": s.monitor_error, "watches": s.folders})

@@ -19,6 +19,7 @@ its report written to a file the launcher prints. When it is not, `reasons` says
 could not replay, and the doctor's probes do not run: they would judge another program.
 """
 import copy
+import json
 import os
 import sys
 
@@ -60,6 +61,8 @@ class Capture:
         self.heldout_from = []  # where the held-out samples came from
         self.clip = None        # this step's clip_grad_norm_ (max_norm, norm_type), if the script clipped
         self.clips = []         # each captured training step's
+        from ._hook_signs import HookReads
+        self.reads = HookReads()  # what the signs of training the copies cannot replay read (_hook_signs.py)
 
     # ---- what the hooks hand it ----
 
@@ -73,6 +76,7 @@ class Capture:
         except Exception as e:  # noqa: BLE001  (a module deepcopy cannot copy: said, not raised)
             copied = f"{type(e).__name__}: {e}"
         self.snapshots[id(module)] = (module, copied)
+        self.reads.model(module)  # after the copy: its hooks stay on the script's parameters
 
     def eval_call(self, module, args, kwargs, output):
         """A root module called outside training (the script's evaluation): its inputs and outputs."""
@@ -228,7 +232,7 @@ class Capture:
         if not self.heldout:
             self.notes.append("no held-out samples: the script has no evaluation this process saw and its stream "
                               "held no sample outside the first training batches")
-        from . import _core, register
+        from . import register
         global _active
         _active = self
         register("captured", _Captured)
@@ -246,16 +250,32 @@ class Capture:
                 "--overfit-steps", str(self.overfit_steps)] + _optimizer_sets(cls, hyper) + (
                     ["--set", f"grad_clip={clip[0]!r}"] if clip else []) + (
                     ["--json"] if self.json else [])
+        return cli_to_file(argv, self.report)
+
+    def read_signs(self, watches):
+        """Training the copies cannot replay: the signs the hooks read (_hook_signs.py), their report to
+        self.report; the exit code."""
+        from ._hook_signs import report
+        signs = self.report + ".signs"
+        cli_to_file(["spikehunt", "doctor", "--signs", "--json"], signs)
+        with open(signs) as f:
+            registry = json.load(f)
+        return report(self.reads, watches, self.report, self.json, registry)
+
+
+def cli_to_file(argv, path):
+    """The spikehunt CLI run in this process with its standard output to `path`; its exit code."""
+    from . import _core
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(path, "wb") as f:
+            os.dup2(f.fileno(), 1)
+            return _core.cli_main(argv, [sys.executable], [])
+    finally:
         sys.stdout.flush()
-        saved = os.dup(1)
-        try:
-            with open(self.report, "wb") as f:
-                os.dup2(f.fileno(), 1)
-                return _core.cli_main(argv, [sys.executable], [])
-        finally:
-            sys.stdout.flush()
-            os.dup2(saved, 1)
-            os.close(saved)
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _optimizer_sets(cls, hyper):

@@ -6,7 +6,8 @@ before its first step, the optimizer, the loss call and the first N steps' batch
 ones (_capture.py), ends the script there and runs the doctor in itself on a scenario built from
 them. This launcher prints the command's output (to stderr with --json), then the report. Where the
 hooks cannot replay the training (several optimizers, accumulation, a loss computed by code of the
-script's own), the doctor says why and what the watched steps showed, and runs no probe.
+script's own), the doctor says why and reads the signs the hooks can read on the script's own steps
+(_hook_signs.py).
 Exit codes: the doctor's (0 every sign passed, 1 a finding), 2 bad input, 130 interrupted.
 """
 import json
@@ -86,40 +87,54 @@ def _doctor(settings, command, shown, report, work):
         print(f"error: doctor -- {shown}: {why} (exit {code}); its last lines:\n{last}", file=sys.stderr)
         return 2 if not any(s.get("abrupt") for s in statuses) else 1
     d = main["doctor"]
-    if d["rc"] is not None and os.path.exists(report):
-        with open(report, "rb") as f:
-            text = f.read().decode(errors="replace")
-        if settings["json"]:
-            document = json.loads(text)
-            document["title"] = f"{shown}: {d['model']}"
-            document["command"] = {"argv": command, "captured_steps": d["train"], "heldout_samples": d["heldout"],
-                                   "heldout_from": d["heldout_from"], "notes": d["notes"]}
-            print(json.dumps(document, indent=2))
-        else:
-            print(f"\ncaptured   {d['train']} training step(s) of {shown}; held-out: {d['heldout']} sample(s)"
-                  + (f" ({'; '.join(d['heldout_from'])})" if d["heldout_from"] else ""))
-            for n in d["notes"]:
-                print(f"note       {n}")
-            # The report's header names the command and its model, not the scenario the capture built.
-            head, captured, rest = text.partition('scenario "captured" (_Captured)')
-            if captured and head.startswith("spikehunt doctor: ") and "\n" not in head:
-                text = f"spikehunt doctor: {shown}: {d['model']}" + rest
-            sys.stdout.write(text)
-        return d["rc"]
     if d.get("error"):
         print(f"error: doctor -- {shown}: the doctor failed on the captured training (a bug of spikehunt's):\n"
               f"{d['error']}", file=sys.stderr)
         return 3
-    watched = "; ".join(f"{w['optimizer']}: {w['verdict']['outcome']} ({w['verdict'].get('steps_run', 0)} steps)"
-                        for w in main["watches"])
-    reasons = d["reasons"] or ["the command ended before its first step could be captured"]
+    if d["rc"] is None or not os.path.exists(report):
+        reasons = d["reasons"] or ["the command ended before its first step could be captured"]
+        print(f"error: doctor -- {shown}: nothing to examine: " + "; ".join(reasons), file=sys.stderr)
+        return 1
+    with open(report, "rb") as f:
+        text = f.read().decode(errors="replace")
+    if d.get("read"):
+        return _read(settings, command, shown, d, main, text)
     if settings["json"]:
-        print(json.dumps({"passed": None, "signs": [], "command": {"argv": command, "not_run": reasons,
-                                                                   "watched": [w["verdict"] for w in main["watches"]]}},
-                         indent=2))
+        document = json.loads(text)
+        document["title"] = f"{shown}: {d['model']}"
+        document["command"] = {"argv": command, "captured_steps": d["train"], "heldout_samples": d["heldout"],
+                               "heldout_from": d["heldout_from"], "notes": d["notes"]}
+        print(json.dumps(document, indent=2))
     else:
-        print(f"\ndoctor -- {shown}: its probes did not run: " + "; ".join(reasons) + ".")
-        print(f"  They train copies of the script's model, optimizer and loss, which need a Scenario here "
-              f"(docs/python.md): spikehunt.Scenario, or run it as it is under `spikehunt run -- COMMAND`.")
+        print(f"\ncaptured   {d['train']} training step(s) of {shown}; held-out: {d['heldout']} sample(s)"
+              + (f" ({'; '.join(d['heldout_from'])})" if d["heldout_from"] else ""))
+        for n in d["notes"]:
+            print(f"note       {n}")
+        # The report's header names the command and its model, not the scenario the capture built.
+        head, captured, rest = text.partition('scenario "captured" (_Captured)')
+        if captured and head.startswith("spikehunt doctor: ") and "\n" not in head:
+            text = f"spikehunt doctor: {shown}: {d['model']}" + rest
+        sys.stdout.write(text)
+    return d["rc"]
+
+
+def _read(settings, command, shown, d, main, text):
+    """Training the copies cannot replay: the report of the signs the hooks read (_hook_signs.py)."""
+    why = ("they train copies of the script's model, optimizer and loss, or probe its model with batches of their "
+           "own: a spikehunt.Scenario (docs/python.md) gives them those")
+    if settings["json"]:
+        document = json.loads(text)
+        document["title"] = f"{shown}: read through the hooks"
+        document["command"] = {"argv": command, "not_run": d["reasons"], "needs_scenario": document.pop("needs_scenario"),
+                               "needs_scenario_why": why, "watched": [w["verdict"] for w in main["watches"]]}
+        print(json.dumps(document, indent=2))
+    else:
+        watched = "; ".join(f"{w['optimizer']}: {w['verdict']['outcome']} ({w['verdict'].get('steps_run', 0)} steps)"
+                            for w in main["watches"])
+        print(f"\ndoctor -- {shown}: the hooks cannot replay its training, so the doctor's copies do not run: "
+              + "; ".join(d["reasons"]) + ".\n  The signs below are read through the hooks on the script's own "
+              f"steps; the others are not run: {why}.")
         print(f"watched    {watched}")
-    return 1 if any(w["verdict"]["outcome"] != "healthy" for w in main["watches"]) else 0
+        print(f"spikehunt doctor: {shown}: read through the hooks")
+        sys.stdout.write(text)
+    return d["rc"]
