@@ -7,6 +7,7 @@
 
 #include "harness/burst.h"
 #include "scenarios/catalog.h"
+#include "scenarios/health_rules.h"
 
 namespace spikehunt::fuzz {
 
@@ -46,10 +47,6 @@ int log_bucket(double x) {
   return std::clamp(static_cast<int>(std::floor(2 * std::log10(x))) + 41, 1, 124);
 }
 
-constexpr const char* kRules[] = {"non_finite", "loss_limit", "grad_norm_limit", "max_grad_limit", "activation_limit",
-                                  "optimizer_state_limit", "param_jump_limit", "loss_spike", "grad_norm_spike",
-                                  "activation_spike"};
-
 std::shared_ptr<const Dataset> tiny_dataset() {
   static const auto data = std::make_shared<const Dataset>(make_synthetic_dataset(8, 1));
   return data;
@@ -69,9 +66,10 @@ BurstFeatures run_tiny_burst(const TrainingConfig& config, bool monitor) {
     const double values[4] = {r.grad_norm, r.activation_max, r.state_max, std::fabs(r.loss)};
     for (int k = 0; k < 4; ++k) top[k] = std::max(top[k], log_bucket(values[k]));
     health = std::max(health, static_cast<int>(r.health));
-    for (const std::string& rule : r.rules) {
-      for (int i = 0; i < 10; ++i) {
-        if (rule == kRules[i]) rules.insert(i);
+    for (const std::string& rule : r.rules) {  // every rule of the registry, by its row
+      const std::vector<HealthRuleSpec>& all = health_rules();
+      for (size_t i = 0; i < all.size(); ++i) {
+        if (rule == all[i].name) rules.insert(static_cast<int>(i));
       }
     }
   };
@@ -90,7 +88,7 @@ BurstFeatures run_tiny_burst(const TrainingConfig& config, bool monitor) {
     const int tensor = static_cast<int>(std::hash<std::string>{}(r.verdict.fault->tensor) % 16);
     f.features.push_back(520 + static_cast<int>(r.verdict.fault->stage) * 16 + tensor);
   }
-  for (int rule : rules) f.features.push_back(590 + rule);
+  for (int rule : rules) f.features.push_back(800 + rule);  // a feature per rule fired
   if (auto lead = r.verdict.lead_time()) f.features.push_back(600 + static_cast<int>(std::min<int64_t>(*lead, 63)));
   if (r.verdict.outcome == Outcome::kCrashed) f.features.push_back(700);
   return f;

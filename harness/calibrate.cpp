@@ -12,36 +12,17 @@ namespace spikehunt {
 
 namespace {
 
-// The fields calibration may raise, by their JSON names (config.cpp's).
+// The fields calibration may raise, by their JSON names: each rule's own (health_rules.cpp).
 const std::map<std::string, double HealthRules::*>& rule_fields() {
-  static const std::map<std::string, double HealthRules::*> fields = {
-      {"loss_limit", &HealthRules::loss_limit},
-      {"grad_norm_limit", &HealthRules::grad_norm_limit},
-      {"max_grad_limit", &HealthRules::max_grad_limit},
-      {"activation_limit", &HealthRules::activation_limit},
-      {"optimizer_state_limit", &HealthRules::optimizer_state_limit},
-      {"param_jump_limit", &HealthRules::param_jump_limit},
-      {"update_ratio_limit", &HealthRules::update_ratio_limit},
-      {"grad_spike_limit", &HealthRules::grad_spike_limit},
-      {"attention_logit_limit", &HealthRules::attention_logit_limit},
-      {"logit_z_limit", &HealthRules::logit_z_limit},
-      {"loss_spike_floor", &HealthRules::loss_spike_floor},
-      {"grad_norm_spike_floor", &HealthRules::grad_norm_spike_floor},
-      {"activation_spike_floor", &HealthRules::activation_spike_floor},
-      {"loss_growth_floor", &HealthRules::loss_growth_floor},
-      {"grad_norm_growth_floor", &HealthRules::grad_norm_growth_floor},
-      {"max_grad_growth_floor", &HealthRules::max_grad_growth_floor},
-      {"optimizer_state_growth_floor", &HealthRules::optimizer_state_growth_floor},
-      {"activation_growth_floor", &HealthRules::activation_growth_floor},
-      {"chance_loss_factor", &HealthRules::chance_loss_factor},
-      {"loss_sigma_floor", &HealthRules::loss_sigma_floor},
-      {"grad_norm_sigma_floor", &HealthRules::grad_norm_sigma_floor},
-  };
+  static const std::map<std::string, double HealthRules::*> fields = [] {
+    std::map<std::string, double HealthRules::*> m;
+    for (const HealthRuleSpec& r : health_rules()) {
+      const std::string field = r.calibrated();
+      if (!field.empty()) m[field] = find_health_field(field)->number;
+    }
+    return m;
+  }();
   return fields;
-}
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 // Up to three significant digits, rounded up: the threshold stays above margin × observed.
@@ -54,10 +35,8 @@ double round_up(double x) {
 }  // namespace
 
 std::string rule_field(const std::string& rule) {
-  if (rule == "non_finite") return "";
-  if (rule == "chance_loss") return "chance_loss_factor";
-  if (ends_with(rule, "_limit")) return rule;
-  return rule + "_floor";  // spikes, growth and sigma rules: their floors
+  const HealthRuleSpec* spec = find_health_rule(rule);
+  return spec ? spec->calibrated() : "";
 }
 
 void set_rule_field(HealthRules& rules, const std::string& field, double value) {

@@ -68,9 +68,38 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kGrowthRules[] = {"loss_growth", "grad_norm_growth", "max_grad_growth",
-                                        "optimizer_state_growth", "activation_growth"};
-constexpr size_t kGrowthQuantities = sizeof(kGrowthRules) / sizeof(kGrowthRules[0]);
+// What a rule reads of a step (RuleQuantity): a rule on a new quantity adds its case here.
+double quantity(const StepRecord& r, RuleQuantity q) {
+  switch (q) {
+    case RuleQuantity::kLoss: return r.loss;
+    case RuleQuantity::kGradNorm: return r.grad_norm;
+    case RuleQuantity::kGradMax: return r.grad_max;
+    case RuleQuantity::kStateMax: return r.state_max;
+    case RuleQuantity::kActivationMax: return r.activation_max;
+    case RuleQuantity::kNone: break;
+  }
+  return 0;
+}
+
+// A spike rule's window in the judge's state() is named after its quantity ("loss" for loss_spike), a
+// sigma rule's after itself.
+std::string window_key(const HealthRuleSpec& rule) {
+  const std::string name = rule.name;
+  const std::string tail = "_spike";
+  if (rule.kind == RuleKind::kSpike && name.size() > tail.size() &&
+      name.compare(name.size() - tail.size(), tail.size(), tail) == 0) {
+    return name.substr(0, name.size() - tail.size());
+  }
+  return name;
+}
+
+// A tensor rule's place in kLayerRuleFields (TensorRule), by its name.
+size_t tensor_rule_of(const HealthRuleSpec& rule) {
+  for (size_t k = 0; k < kLayerRuleFields.size(); ++k) {
+    if (std::string(kLayerRuleFields[k].name) == rule.name) return k;
+  }
+  return kLayerRuleFields.size();
+}
 
 bool all_finite(const StepRecord& r) {
   auto ok = [](double v) { return std::isfinite(v); };
@@ -107,51 +136,56 @@ std::vector<double> numbers_from(const json& a) {
 HealthJudge::HealthJudge(const HealthRules& rules, int64_t classes)
     : rules_(rules),
       classes_(classes),
-      loss_(size_t(rules.window)),
-      grad_norm_(size_t(rules.window)),
-      activation_(size_t(rules.window)),
-      loss_sigma_(size_t(rules.sigma_window)),
-      grad_norm_sigma_(size_t(rules.sigma_window)),
-      growth_(kGrowthQuantities) {}
+      spikes_(health_rules().size(), SpikeWindow(size_t(rules.window))),
+      sigmas_(health_rules().size(), SigmaWindow(size_t(rules.sigma_window))),
+      growth_(health_rules().size()) {}
 
 json HealthJudge::state() const {
-  auto list = [](const SpikeWindow& w) { return std::vector<double>(w.values().begin(), w.values().end()); };
+  json s = json::object();
   json growth = json::array();
-  for (const GrowthRun& g : growth_) {
-    growth.push_back({{"last", number(g.last)}, {"factors", numbers({g.factors.begin(), g.factors.end()})}});
+  const std::vector<HealthRuleSpec>& rules = health_rules();
+  for (size_t i = 0; i < rules.size(); ++i) {
+    if (rules[i].kind == RuleKind::kSpike) {
+      s[window_key(rules[i])] = std::vector<double>(spikes_[i].values().begin(), spikes_[i].values().end());
+    } else if (rules[i].kind == RuleKind::kSigma) {
+      s[window_key(rules[i])] = sigmas_[i].values();
+    } else if (rules[i].kind == RuleKind::kGrowth) {
+      const GrowthRun& g = growth_[i];
+      growth.push_back({{"last", number(g.last)}, {"factors", numbers({g.factors.begin(), g.factors.end()})}});
+    }
   }
   json rows = json::array();
   for (const auto& [step, values] : history_) rows.push_back({{"step", step}, {"values", numbers(values)}});
-  return {{"phase", phase_},
-          {"loss", list(loss_)},
-          {"grad_norm", list(grad_norm_)},
-          {"activation", list(activation_)},
-          {"loss_sigma", loss_sigma_.values()},
-          {"grad_norm_sigma", grad_norm_sigma_.values()},
-          {"growth", growth},
-          {"phase_steps", phase_steps_},
-          {"onset_seen", onset_seen_},
-          {"series", series_},
-          {"history", rows},
-          {"judged_any", judged_any_},
-          {"zero_started", zero_started_}};
+  s["phase"] = phase_;
+  s["growth"] = growth;
+  s["phase_steps"] = phase_steps_;
+  s["onset_seen"] = onset_seen_;
+  s["series"] = series_;
+  s["history"] = rows;
+  s["judged_any"] = judged_any_;
+  s["zero_started"] = zero_started_;
+  return s;
 }
 
 // Checkpoints written before the growth, sigma and attribution state existed
 // restore with those empty.
 void HealthJudge::restore(const json& state) {
   phase_ = state.at("phase").get<int64_t>();
-  loss_.assign(state.at("loss").get<std::vector<double>>());
-  grad_norm_.assign(state.at("grad_norm").get<std::vector<double>>());
-  activation_.assign(state.at("activation").get<std::vector<double>>());
-  loss_sigma_.assign(state.value("loss_sigma", std::vector<double>{}));
-  grad_norm_sigma_.assign(state.value("grad_norm_sigma", std::vector<double>{}));
-  growth_.assign(kGrowthQuantities, GrowthRun{});
+  const std::vector<HealthRuleSpec>& rules = health_rules();
+  growth_.assign(rules.size(), GrowthRun{});
   const json growth = state.value("growth", json::array());
-  for (size_t i = 0; i < growth.size() && i < growth_.size(); ++i) {
-    growth_[i].last = number_from(growth[i].at("last"));
-    const std::vector<double> f = numbers_from(growth[i].at("factors"));
-    growth_[i].factors.assign(f.begin(), f.end());
+  size_t g = 0;
+  for (size_t i = 0; i < rules.size(); ++i) {
+    if (rules[i].kind == RuleKind::kSpike) {
+      spikes_[i].assign(state.value(window_key(rules[i]), std::vector<double>{}));
+    } else if (rules[i].kind == RuleKind::kSigma) {
+      sigmas_[i].assign(state.value(window_key(rules[i]), std::vector<double>{}));
+    } else if (rules[i].kind == RuleKind::kGrowth && g < growth.size()) {
+      growth_[i].last = number_from(growth[g].at("last"));
+      const std::vector<double> f = numbers_from(growth[g].at("factors"));
+      growth_[i].factors.assign(f.begin(), f.end());
+      ++g;
+    }
   }
   phase_steps_ = state.value("phase_steps", int64_t{0});
   onset_seen_ = state.value("onset_seen", false);
@@ -167,12 +201,9 @@ void HealthJudge::restore(const json& state) {
 void HealthJudge::start_phase(int64_t phase) {
   phase_ = phase;
   phase_steps_ = 0;
-  loss_.clear();
-  grad_norm_.clear();
-  activation_.clear();
-  loss_sigma_.clear();
-  grad_norm_sigma_.clear();
-  growth_.assign(kGrowthQuantities, GrowthRun{});
+  for (SpikeWindow& w : spikes_) w.clear();
+  for (SigmaWindow& w : sigmas_) w.clear();
+  growth_.assign(health_rules().size(), GrowthRun{});
 }
 
 void HealthJudge::fire(StepRecord& r, const char* rule, double value, double threshold, double quantity,
@@ -324,12 +355,6 @@ void HealthJudge::judge(StepRecord& r) {
   if (!finite) {
     fire(r, "non_finite", 0, 0, 0);
   } else {
-    auto limit = [&](const char* name, double value, double lim) {
-      if (lim > 0 && value > lim) fire(r, name, value, lim, value);
-    };
-    limit("loss_limit", r.loss, h.loss_limit);
-    limit("grad_norm_limit", r.grad_norm, h.grad_norm_limit);
-    limit("max_grad_limit", r.grad_max, h.max_grad_limit);
     // The rules that judge a tensor at a time (each_tensor_judged), each
     // tensor against its own threshold (health.layers) or the model-wide
     // one: the tensor furthest past its threshold fires, and the hit names
@@ -354,15 +379,6 @@ void HealthJudge::judge(StepRecord& r) {
       const double lim = tensor_limit(h, rule, tensor);
       if (lim > 0 && value > lim && value / lim > worst[rule].ratio) worst[rule] = {value / lim, value, lim, &tensor};
     });
-    auto tensor_rule = [&](TensorRule rule) {
-      const Worst& w = worst[rule];
-      if (w.tensor != nullptr) fire(r, kLayerRuleFields[rule].name, w.value, w.limit, w.value, *w.tensor);
-    };
-    tensor_rule(kActivationRule);
-    limit("optimizer_state_limit", r.state_max, h.optimizer_state_limit);
-    for (TensorRule rule : {kAttentionLogitRule, kLogitZRule, kParamJumpRule, kUpdateRatioRule, kGradSpikeRule}) {
-      tensor_rule(rule);
-    }
     // A windowed rule: silent until its window is full and below its floor;
     // fires when the window's score of the value passes the threshold.
     auto windowed = [&](const char* name, const auto& w, double value, double floor, double threshold, auto score) {
@@ -370,36 +386,55 @@ void HealthJudge::judge(StepRecord& r) {
       const double s = score(w, value);
       if (s > threshold) fire(r, name, s, threshold, value);
     };
-    auto z = [](const SpikeWindow& w, double v) { return w.z(v); };
-    windowed("loss_spike", loss_, r.loss, h.loss_spike_floor, h.spike_z, z);
-    windowed("grad_norm_spike", grad_norm_, r.grad_norm, h.grad_norm_spike_floor, h.spike_z, z);
-    windowed("activation_spike", activation_, r.activation_max, h.activation_spike_floor, h.spike_z, z);
-
-    const double growth_values[kGrowthQuantities] = {r.loss, r.grad_norm, r.grad_max, r.state_max, r.activation_max};
-    const double growth_floors[kGrowthQuantities] = {h.loss_growth_floor, h.grad_norm_growth_floor,
-                                                     h.max_grad_growth_floor, h.optimizer_state_growth_floor,
-                                                     h.activation_growth_floor};
-    for (size_t q = 0; q < kGrowthQuantities; ++q) {
-      GrowthRun& g = growth_[q];
-      const double x = growth_values[q];
-      if (h.growth_ratio > 0 && g.last > 0 && x >= h.growth_ratio * g.last) {
-        g.factors.push_back(x / g.last);
-        while (g.factors.size() > size_t(h.growth_steps)) g.factors.pop_front();
-      } else {
-        g.factors.clear();
-      }
-      g.last = x;
-      if (h.growth_ratio > 0 && g.factors.size() >= size_t(h.growth_steps) && x > growth_floors[q]) {
-        fire(r, kGrowthRules[q], *std::min_element(g.factors.begin(), g.factors.end()), h.growth_ratio, x);
+    // Every rule of the registry, in its order: one piece of code a kind.
+    const std::vector<HealthRuleSpec>& rules = health_rules();
+    for (size_t i = 0; i < rules.size(); ++i) {
+      const HealthRuleSpec& rule = rules[i];
+      const double threshold = rule.threshold.number ? h.*rule.threshold.number : 0;
+      const double floor = rule.floor.number ? h.*rule.floor.number : 0;
+      const double x = quantity(r, rule.quantity);
+      switch (rule.kind) {
+        case RuleKind::kNonFinite:
+          break;
+        case RuleKind::kLimit:
+          if (threshold > 0 && x > threshold) fire(r, rule.name, x, threshold, x);
+          break;
+        case RuleKind::kTensor: {
+          const size_t k = tensor_rule_of(rule);
+          const Worst& w = worst[k];
+          if (w.tensor != nullptr) fire(r, rule.name, w.value, w.limit, w.value, *w.tensor);
+          break;
+        }
+        case RuleKind::kSpike:
+          windowed(rule.name, spikes_[i], x, floor, threshold,
+                   [](const SpikeWindow& w, double v) { return w.z(v); });
+          break;
+        case RuleKind::kGrowth: {
+          GrowthRun& g = growth_[i];
+          if (threshold > 0 && g.last > 0 && x >= threshold * g.last) {
+            g.factors.push_back(x / g.last);
+            while (g.factors.size() > size_t(h.growth_steps)) g.factors.pop_front();
+          } else {
+            g.factors.clear();
+          }
+          g.last = x;
+          if (threshold > 0 && g.factors.size() >= size_t(h.growth_steps) && x > floor) {
+            fire(r, rule.name, *std::min_element(g.factors.begin(), g.factors.end()), threshold, x);
+          }
+          break;
+        }
+        case RuleKind::kChance:
+          if (threshold > 0 && classes_ >= 2 && phase_steps_ >= h.chance_loss_after) {
+            const double chance = threshold * std::log(double(classes_));
+            if (x > chance) fire(r, rule.name, x, chance, x);
+          }
+          break;
+        case RuleKind::kSigma:
+          windowed(rule.name, sigmas_[i], x, floor, threshold,
+                   [](const SigmaWindow& w, double v) { return w.sigmas(v); });
+          break;
       }
     }
-    if (h.chance_loss_factor > 0 && classes_ >= 2 && phase_steps_ >= h.chance_loss_after) {
-      const double chance = h.chance_loss_factor * std::log(double(classes_));
-      if (r.loss > chance) fire(r, "chance_loss", r.loss, chance, r.loss);
-    }
-    auto sigmas = [](const SigmaWindow& w, double v) { return w.sigmas(v); };
-    windowed("loss_sigma", loss_sigma_, r.loss, h.loss_sigma_floor, h.sigma, sigmas);
-    windowed("grad_norm_sigma", grad_norm_sigma_, r.grad_norm, h.grad_norm_sigma_floor, h.sigma, sigmas);
   }
   r.health = !finite ? Health::kNonFinite : r.rules.empty() ? Health::kFinite : Health::kExtreme;
   if (r.health != Health::kFinite && !onset_seen_) {
@@ -410,11 +445,11 @@ void HealthJudge::judge(StepRecord& r) {
   while (history_.size() > 2 * size_t(h.window)) history_.pop_front();
   ++phase_steps_;
   if (r.health == Health::kFinite) {
-    loss_.add(r.loss);
-    grad_norm_.add(r.grad_norm);
-    activation_.add(r.activation_max);
-    loss_sigma_.add(r.loss);
-    grad_norm_sigma_.add(r.grad_norm);
+    const std::vector<HealthRuleSpec>& rules = health_rules();
+    for (size_t i = 0; i < rules.size(); ++i) {
+      if (rules[i].kind == RuleKind::kSpike) spikes_[i].add(quantity(r, rules[i].quantity));
+      if (rules[i].kind == RuleKind::kSigma) sigmas_[i].add(quantity(r, rules[i].quantity));
+    }
   }
 }
 

@@ -1,37 +1,11 @@
 // health.h — classifies a step as finite, extreme or non_finite from its
-// statistics, with named rules (see HealthRules in scenarios/health_rules.h), and
-// names the layer that moved first at the onset.
-//   non_finite             any statistic is NaN or ±Inf
-//   loss_limit             loss > limit
-//   grad_norm_limit        global grad norm > limit
-//   max_grad_limit         max |grad| > limit
-//   activation_limit       max |activation| > limit
-//   optimizer_state_limit  max |momentum / Adam moment| > limit
-//   attention_logit_limit  max |attention logit| > limit, over taps whose names
-//                          end in "attn_logits" (q·k/√d before the softmax)
-//   logit_z_limit          max |log Z| > limit, over taps whose names end in
-//                          "_z" (the output logits' log-sum-exp per token)
-//   param_jump_limit       a weight (≥ 2-dim parameter) whose norm changed by
-//                          more than limit × its norm in one step, for
-//                          optimizers whose step scales with the gradient
-//   update_ratio_limit     a parameter of an optimizer that normalizes its
-//                          steps (Adam and kin) whose step's RMS per
-//                          coordinate is more than limit × the lr applied
-//   grad_spike_limit       SPAM's gradient spike score: some coordinate's g²
-//                          is more than limit × the second moment (Adam's
-//                          exp_avg_sq, RMSprop's square_avg) it had before
-//                          the step
-//   loss_spike, grad_norm_spike, activation_spike
-//                          z-score of log10(value) against the trailing window
-//                          > spike_z, and value > the rule's floor
-//   loss_growth, grad_norm_growth, max_grad_growth, optimizer_state_growth,
-//   activation_growth      the value multiplied by ≥ growth_ratio on each of
-//                          growth_steps consecutive steps, and above its floor
-//   chance_loss            loss > chance_loss_factor × ln(classes), after
-//                          chance_loss_after steps of the phase
-//   loss_sigma, grad_norm_sigma
-//                          value > mean + sigma × std of the last sigma_window
-//                          steps (raw values, OLMo's form), above its floor
+// statistics, with named rules, and names the layer that moved first at the
+// onset. The rules are the registry's (health_rules() in
+// scenarios/health_rules.h: one row a rule, what it judges, its fields); the
+// judge walks the rows in order with one piece of code per kind (non-finite,
+// limit, tensor, spike, growth, chance, sigma), health.cpp's quantity()
+// reading what each row names of the step; docs/health.md's table lists
+// them (HealthRegistry tests).
 // Windows hold only finite, non-extreme steps; every rule with a memory
 // starts again at each protocol phase boundary (a new domain is a new
 // regime), and windowed rules stay silent until full.
@@ -175,9 +149,11 @@ class HealthJudge {
 
   HealthRules rules_;
   int64_t classes_;
-  SpikeWindow loss_, grad_norm_, activation_;
-  SigmaWindow loss_sigma_, grad_norm_sigma_;
-  std::vector<GrowthRun> growth_;  // loss, grad norm, max grad, optimizer state, activation
+  // Per row of health_rules(): a spike rule's window, a sigma rule's window, a growth rule's run (the
+  // other rows leave theirs empty).
+  std::vector<SpikeWindow> spikes_;
+  std::vector<SigmaWindow> sigmas_;
+  std::vector<GrowthRun> growth_;
   int64_t phase_ = -1;             // the phase the windows describe
   int64_t phase_steps_ = 0;        // steps judged in it
   bool onset_seen_ = false;

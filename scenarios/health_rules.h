@@ -1,7 +1,13 @@
 // health_rules.h — HealthRules: the thresholds that call a finite step
-// "extreme", as a plain struct. Part of every config (config.h's "health"
-// section: its JSON, validation and field list are the config's), applied by
-// harness/health.h; a run records the rules it used in its results.
+// "extreme", as a plain struct, and the registry of the rules that read them
+// (health_rules(): one row a rule, in the order the judge fires them). Part of
+// every config (config.h's "health" section: the config's parser walks
+// health_fields(), which the rows give), applied by harness/health.h (the
+// judge walks the rows, one piece of code per kind), raised by `calibrate`
+// (each row names the field it raises), listed by the fuzzer and by
+// docs/health.md's table (HealthRegistry tests compare them). A new rule is
+// its field in HealthRules and one row; a rule on a quantity no rule reads yet
+// also needs that quantity's case in harness/health.cpp's quantity().
 #pragma once
 
 #include <array>
@@ -9,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace spikehunt {
 
@@ -74,6 +81,55 @@ struct HealthRules {
   // healthy runs push past a rule). Empty: every tensor by the model-wide rules.
   std::map<std::string, LayerRules> layers;
 };
+
+// ---- the registry ----
+
+// How a rule judges a step (harness/health.cpp has one piece of code for each):
+//   kNonFinite  any statistic is NaN or ±Inf
+//   kLimit      the quantity > the threshold
+//   kTensor     a tensor's statistic > its own threshold (health.layers) or the model-wide one
+//               (kLayerRuleFields, by the rule's name)
+//   kSpike      log10 of the quantity is more than the threshold (spike_z) standard deviations above
+//               the trailing window (window steps), and the quantity is above the floor
+//   kGrowth     the quantity multiplied by ≥ the threshold (growth_ratio) on each of growth_steps
+//               consecutive steps, and above the floor now
+//   kChance     the loss > the threshold × ln(classes), once chance_loss_after steps of the phase ran
+//   kSigma      the quantity is more than the threshold (sigma) standard deviations above the mean of
+//               the last sigma_window steps (raw values), and above the floor
+enum class RuleKind { kNonFinite, kLimit, kTensor, kSpike, kGrowth, kChance, kSigma };
+
+// What a rule reads of a step (harness/health.cpp's quantity()).
+enum class RuleQuantity { kNone, kLoss, kGradNorm, kGradMax, kStateMax, kActivationMax };
+
+// One field of HealthRules: its JSON name under "health", its member, and what a bad value's error says.
+// Integers (window sizes and step counts) carry their range; numbers are at least 0.
+struct HealthField {
+  const char* name;
+  double HealthRules::*number = nullptr;
+  int64_t HealthRules::*integer = nullptr;
+  const char* hint = "";
+  int64_t lo = 0, hi = 0;
+};
+
+struct HealthRuleSpec {
+  const char* name;            // as a step's rules and hits name it
+  RuleKind kind;
+  RuleQuantity quantity;       // kNone for non_finite and the tensor rules
+  HealthField threshold;       // its limit, or its kind's shared setting (spike_z, growth_ratio, sigma); no name: none
+  HealthField floor;           // its own floor (spike, growth and sigma rules); no name: none
+  const char* judges;          // what it judges, in words
+  // The field `calibrate` raises when healthy runs fire it: its floor where it has one, else its
+  // threshold ("" for non_finite, and for the shared settings).
+  const char* calibrated() const;
+};
+
+// Every rule, in the order the judge fires them.
+const std::vector<HealthRuleSpec>& health_rules();
+const HealthRuleSpec* find_health_rule(const std::string& name);
+// Every field of HealthRules but stop_at and layers, once, in the config's order: the rules' thresholds
+// and floors and the settings their kinds share (window, growth_steps, chance_loss_after, sigma_window).
+const std::vector<HealthField>& health_fields();
+const HealthField* find_health_field(const std::string& name);
 
 // The per-tensor fields of LayerRules: the JSON name (the model-wide field it
 // replaces), its place in LayerRules and in HealthRules, and whether it

@@ -5,12 +5,15 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <set>
 
 #include <gtest/gtest.h>
 
+#include "harness/calibrate.h"
 #include "harness/health.h"
 #include "harness/trace.h"
 #include "temp_dir.h"
+#include "test_util.h"
 
 namespace spikehunt {
 namespace {
@@ -745,6 +748,93 @@ TEST(Health, TransformerRulesReadAttentionLogitAndLogZTapsByName) {
   off.logit_z_limit = 0;
   HealthJudge quiet(off);
   EXPECT_EQ(judged(quiet, with_taps({{"block0_attn_logits", 5000}, {"out_z", 500}})).health, Health::kFinite);
+}
+
+}  // namespace
+}  // namespace spikehunt
+
+namespace spikehunt {
+namespace {
+
+// docs/health.md's table of rules is the registry's: every rule once, a single limit's default as the code's.
+TEST(HealthRegistry, TheDocsTableListsEveryRuleWithItsDefault) {
+  std::ifstream in(testing::source_path("docs/health.md"));
+  ASSERT_TRUE(in) << "docs/health.md";
+  std::map<std::string, std::string> defaults;  // rule -> its row's default column
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("| rule | default | fires when |", 0) == 0) inside = true;
+    else if (inside && line.rfind("| `", 0) != 0 && line.rfind("| ---", 0) != 0) break;
+    else if (inside && line.rfind("| `", 0) == 0) {
+      const size_t bar = line.find('|', 1), next = line.find('|', bar + 1);
+      std::string value = line.substr(bar + 1, next - bar - 1);
+      value.erase(0, value.find_first_not_of(' '));
+      value.erase(value.find_last_not_of(' ') + 1);
+      const std::string names = line.substr(1, bar - 1);
+      for (size_t at = names.find('`'); at != std::string::npos; at = names.find('`', names.find('`', at + 1) + 1)) {
+        const std::string name = names.substr(at + 1, names.find('`', at + 1) - at - 1);
+        EXPECT_EQ(defaults.count(name), 0u) << name << " is in the table twice";
+        defaults[name] = names.find(',') == std::string::npos ? value : "";
+      }
+    }
+  }
+  const HealthRules fresh;
+  EXPECT_EQ(defaults.size(), health_rules().size());
+  for (const HealthRuleSpec& r : health_rules()) {
+    ASSERT_TRUE(defaults.count(r.name)) << r.name << " is not in docs/health.md's table";
+    if ((r.kind == RuleKind::kLimit || r.kind == RuleKind::kTensor) && !defaults[r.name].empty()) {
+      const double d = fresh.*r.threshold.number;
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", d);
+      EXPECT_EQ(defaults[r.name].rfind(d == 0 ? "off (0)" : text, 0), 0u) << r.name << ": " << defaults[r.name];
+    }
+  }
+}
+
+// The config's parser walks the registry's fields: each lands in its member, and a bad one names its path.
+TEST(HealthRegistry, EveryFieldIsAConfigFieldAndEveryRuleHasWhatItReads) {
+  for (const HealthField& f : health_fields()) {
+    const std::string path = std::string("health.") + f.name;
+    const TrainingConfig c = default_config({path + "=" + (f.integer ? std::to_string(f.lo + 1) : "123.5")});
+    if (f.integer) EXPECT_EQ(c.health.*f.integer, f.lo + 1) << path;
+    else EXPECT_EQ(c.health.*f.number, 123.5) << path;
+    try {
+      default_config({path + "=-1"});
+      ADD_FAILURE() << path << " = -1 was accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  }
+  for (const HealthRuleSpec& r : health_rules()) {
+    EXPECT_EQ(find_health_rule(r.name), &r);
+    if (r.kind == RuleKind::kNonFinite) continue;
+    EXPECT_NE(r.threshold.name, nullptr) << r.name;
+    EXPECT_EQ(r.kind == RuleKind::kTensor, r.quantity == RuleQuantity::kNone) << r.name;
+    const bool windowed = r.kind == RuleKind::kSpike || r.kind == RuleKind::kGrowth || r.kind == RuleKind::kSigma;
+    EXPECT_EQ(windowed, r.floor.name != nullptr) << r.name << ": a rule with a memory has a floor of its own";
+  }
+}
+
+// Calibration raises each rule's own field (its floor, else its threshold), one field per rule.
+TEST(HealthRegistry, CalibrationRaisesEachRulesOwnField) {
+  std::set<std::string> fields;
+  for (const HealthRuleSpec& r : health_rules()) {
+    const std::string field = rule_field(r.name);
+    if (r.kind == RuleKind::kNonFinite) {
+      EXPECT_EQ(field, "");
+      continue;
+    }
+    EXPECT_TRUE(fields.insert(field).second) << field << " is raised for two rules";
+    HealthRules rules;
+    set_rule_field(rules, field, 77.0);
+    EXPECT_EQ(rule_field_value(rules, field), 77.0) << field;
+    EXPECT_EQ(rules.*find_health_field(field)->number, 77.0) << field;
+  }
+  EXPECT_EQ(rule_field("loss_spike"), "loss_spike_floor");
+  EXPECT_EQ(rule_field("chance_loss"), "chance_loss_factor");
+  EXPECT_EQ(rule_field("grad_norm_limit"), "grad_norm_limit");
+  EXPECT_EQ(rule_field("no_such_rule"), "");
 }
 
 }  // namespace
