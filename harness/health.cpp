@@ -76,6 +76,7 @@ double quantity(const StepRecord& r, RuleQuantity q) {
     case RuleQuantity::kGradMax: return r.grad_max;
     case RuleQuantity::kStateMax: return r.state_max;
     case RuleQuantity::kActivationMax: return r.activation_max;
+    case RuleQuantity::kInputMax: return r.input_max;
     case RuleQuantity::kNone: break;
   }
   return 0;

@@ -42,6 +42,8 @@ const std::vector<HealthRuleSpec>& health_rules() {
        "global L2 grad norm (before clipping) > limit"},
       {"max_grad_limit", K::kLimit, Q::kGradMax, rule_limit("max_grad_limit", &H::max_grad_limit), no_field(),
        "largest |grad| element > limit"},
+      {"input_limit", K::kLimit, Q::kInputMax, rule_limit("input_limit", &H::input_limit), no_field(),
+       "largest |input| of the batch > limit (a corrupt or unscaled batch); off by default"},
       {"activation_limit", K::kTensor, Q::kNone, rule_limit("activation_limit", &H::activation_limit), no_field(),
        "largest |activation| at any tap > limit"},
       {"optimizer_state_limit", K::kLimit, Q::kStateMax, rule_limit("optimizer_state_limit", &H::optimizer_state_limit),

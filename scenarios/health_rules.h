@@ -80,6 +80,7 @@ struct HealthRules {
   // that tensor alone (what `spikehunt calibrate` writes for the layers its
   // healthy runs push past a rule). Empty: every tensor by the model-wide rules.
   std::map<std::string, LayerRules> layers;
+  double input_limit = 0.0;             // largest |input| of the batch; 0 (the default) disables it
 };
 
 // ---- the registry ----
@@ -99,7 +100,7 @@ struct HealthRules {
 enum class RuleKind { kNonFinite, kLimit, kTensor, kSpike, kGrowth, kChance, kSigma };
 
 // What a rule reads of a step (harness/health.cpp's quantity()).
-enum class RuleQuantity { kNone, kLoss, kGradNorm, kGradMax, kStateMax, kActivationMax };
+enum class RuleQuantity { kNone, kLoss, kGradNorm, kGradMax, kStateMax, kActivationMax, kInputMax };
 
 // One field of HealthRules: its JSON name under "health", its member, and what a bad value's error says.
 // Integers (window sizes and step counts) carry their range; numbers are at least 0.

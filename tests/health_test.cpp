@@ -119,6 +119,25 @@ TEST(Health, EachLimitRuleFiresAboveItsLimitOnly) {
   }
 }
 
+// input_limit is off by default; set, it fires on the batch's largest |input| and names the data.
+TEST(Health, TheInputLimitJudgesTheBatchOnlyWhenSet) {
+  HealthJudge off((HealthRules()));
+  StepRecord raw = step(0);
+  raw.input_max = 255;  // raw pixels
+  EXPECT_EQ(judged(off, raw).health, Health::kFinite);
+  HealthRules rules;
+  rules.input_limit = 10;
+  HealthJudge on(rules);
+  StepRecord normalized = step(0);
+  normalized.input_max = 3;
+  EXPECT_EQ(judged(on, normalized).health, Health::kFinite);
+  const StepRecord r = judged(on, raw);
+  ASSERT_EQ(r.rules, std::vector<std::string>{"input_limit"});
+  EXPECT_EQ(r.hits[0].value, 255);
+  EXPECT_EQ(r.hits[0].threshold, 10);
+  EXPECT_EQ(default_config({"health.input_limit=10"}).health.input_limit, 10);
+}
+
 TEST(Health, ParamJumpIgnoresBiases) {
   HealthJudge judge(HealthRules{});
   StepRecord r = step(0);
