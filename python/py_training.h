@@ -1,7 +1,7 @@
 // py_training.h — what the binding's files share: the C++ side of a Python
-// model and its optimizers (PyTraining, defined in binding.cpp), the names
-// taps are given (the monitor keeps their pointers), and the Watch's
-// registration (watch.cpp).
+// model and its optimizers (PyTraining, py_training.cpp), a Python scenario
+// (py_scenario.cpp), the names taps are given (the monitor keeps their
+// pointers), and the Watch's registration (watch.cpp).
 #pragma once
 
 #include <torch/extension.h>
@@ -31,7 +31,12 @@ struct PyTraining {
   std::vector<NamedOptimizer> named() const;
   torch::nn::Module& module();       // *model
   torch::optim::Optimizer& first();  // the first optimizer
+  // Takes the Python module's own mode (its `training`) onto the shell, without calling Python back. GIL held.
+  void mirror_mode();
 };
+
+// A user's Python Scenario subclass `cls` (defined in `file`) as a C++ scenario of `config`.
+std::unique_ptr<Scenario> make_python_scenario(const TrainingConfig& config, PyObject* cls, const std::string& file);
 
 // The name's one copy for the process (the monitor may keep its pointer for the step).
 const char* interned(const std::string& name);
