@@ -1,8 +1,10 @@
 // config.h — TrainingConfig: one point of the search space, as a plain struct.
 // Every field has a default (the motivating case's values where it has one);
-// JSON conversion lives in config.cpp and round-trips exactly (reading a
-// file with its overrides in config_file.cpp, Params in params.cpp); validate()
-// names every bad field with its value and a hint.
+// JSON conversion lives in config.cpp and round-trips exactly (every field
+// once in config_fields.h; reading a file with its overrides in
+// config_file.cpp, Params in params.cpp); validate() (config_check.cpp) names
+// every bad field with its value and a hint; describe_*() in
+// config_describe.cpp.
 // Example:
 //   TrainingConfig c = load_config("configs/default.json", {"optimizer.lr=0.01"});
 //   std::string text = config_to_json(c).dump(2);
