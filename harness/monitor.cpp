@@ -9,114 +9,12 @@
 #include <tuple>
 
 #include "base/stats_kernels.h"
+#include "harness/monitor_stats.h"
 #include "scenarios/optimizers.h"
 
 namespace spikehunt {
 
-// ---- per-tensor statistics ----
-
-namespace {
-
-// {L2 norm, max |x|}; both NaN if any element was NaN.
-std::pair<double, double> norm_max(const SumSqMax& s) {
-  if (std::isnan(s.sumsq)) return {s.sumsq, s.sumsq};
-  return {std::sqrt(s.sumsq), double(s.max)};
-}
-
-std::pair<double, double> stats_f32(const float* p, int64_t n) { return norm_max(sumsq_max_parallel(p, n)); }
-
-bool fused(const torch::Tensor& t) { return t.is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous(); }
-
-// The statistics of CPU float32 tensors, queued while their slots are laid
-// out and computed together (sumsq_max_tasks), so the intra-op threads share
-// a step's many small parameters instead of one thread reading them in turn.
-class StatsQueue {
- public:
-  // slot2: kDifferenceAndPlain's second result (y's statistics).
-  // copy: where to copy what the task reads (StatsTask::copy), when defined.
-  void add(StatsTask::Kind kind, const torch::Tensor& x, const torch::Tensor* y, int slot, int slot2 = -1,
-           const torch::Tensor& copy = {}) {
-    StatsTask task{kind, x.data_ptr<float>(), y != nullptr ? y->data_ptr<float>() : nullptr, x.numel(), nullptr};
-    if (copy.defined()) task.copy = copy.data_ptr<float>();
-    tasks_.push_back(task);
-    slots_.push_back({slot, slot2});
-  }
-  // Each result into values[slot] and values[slot + 1]: {norm, max}.
-  void run(std::vector<double>& values) {
-    std::vector<SumSqMaxPair> out(tasks_.size());
-    for (size_t j = 0; j < tasks_.size(); ++j) {
-      tasks_[j].out = &out[j].first;
-      tasks_[j].out2 = &out[j].second;
-    }
-    sumsq_max_tasks(tasks_);
-    for (size_t j = 0; j < tasks_.size(); ++j) {
-      const auto [slot, slot2] = slots_[j];
-      std::tie(values[size_t(slot)], values[size_t(slot) + 1]) = norm_max(out[j].first);
-      if (slot2 >= 0) std::tie(values[size_t(slot2)], values[size_t(slot2) + 1]) = norm_max(out[j].second);
-    }
-    tasks_.clear();
-    slots_.clear();
-  }
-
- private:
-  std::vector<StatsTask> tasks_;
-  std::vector<std::pair<int, int>> slots_;
-};
-
-}  // namespace
-
-torch::Tensor max_abs_stat(const torch::Tensor& t) {
-  if (t.numel() == 0) return torch::zeros({1}, t.options().dtype(torch::kFloat64));
-  if (fused(t)) return torch::full({1}, max_abs_parallel(t.data_ptr<float>(), t.numel()), torch::kFloat64);
-  if (t.is_cpu() && t.scalar_type() == torch::kHalf) {
-    // LibTorch 1.13 had no aminmax for float16 on the CPU (found by fuzz_monitor); max() serves every version.
-    return t.detach().abs().max().to(torch::kFloat64).reshape({1});
-  }
-  const auto [lo, hi] = torch::aminmax(t.detach());  // one vectorized pass; propagates NaN
-  return torch::maximum(-lo, hi).to(torch::kFloat64).reshape({1});
-}
-
-torch::Tensor tensor_stats(const torch::Tensor& t) {
-  torch::Tensor x = t.detach();
-  if (x.numel() == 0) return torch::zeros({2}, x.options().dtype(torch::kFloat64));
-  if (fused(x)) {
-    const auto [norm, max] = stats_f32(x.data_ptr<float>(), x.numel());
-    torch::Tensor out = torch::empty({2}, torch::kFloat64);
-    out.data_ptr<double>()[0] = norm;
-    out.data_ptr<double>()[1] = max;
-    return out;
-  }
-  if (!x.is_floating_point()) x = x.to(torch::kFloat64);
-  const torch::Tensor m = x.abs().max();  // max propagates NaN
-  torch::Tensor norm;
-  if (x.scalar_type() == torch::kFloat64) {
-    // A double's square can overflow: scale by max |x| first; an Inf stays Inf.
-    const torch::Tensor safe = torch::where(m > 0, m, torch::ones_like(m));
-    norm = torch::where(torch::isinf(m), m, torch::linalg_vector_norm(x / safe, 2) * safe);
-  } else {
-    // Squares of float32/16/bf16 values fit a double: accumulate there.
-    norm = torch::linalg_vector_norm(x, 2, c10::nullopt, false, torch::kFloat64);
-  }
-  return torch::stack({norm, m.to(torch::kFloat64)});
-}
-
-NonFiniteCounts count_non_finite(const torch::Tensor& t) {
-  torch::Tensor x = t.detach();
-  if (!x.is_floating_point() || x.numel() == 0) return {};
-  return {torch::isnan(x).sum().item<int64_t>(), torch::isposinf(x).sum().item<int64_t>(),
-          torch::isneginf(x).sum().item<int64_t>()};
-}
-
-TensorSummary summarize(const torch::Tensor& t) {
-  TensorSummary s;
-  s.numel = t.numel();
-  if (s.numel == 0) return s;
-  const torch::Tensor stats = tensor_stats(t).to(torch::kCPU);
-  s.norm = stats[0].item<double>();
-  s.max_abs = stats[1].item<double>();
-  s.counts = count_non_finite(t);
-  return s;
-}
+using namespace monitor_detail;
 
 // ---- the monitor ----
 
@@ -392,6 +290,22 @@ StepRecord Monitor::finish_step() {
     ~Restore() { flag = was; }
   } restore_fail_fast{fail_fast_, fail_fast_};
   fail_fast_ = false;
+  read_after_step();
+  copy_to_host();
+  const std::optional<Fault> rank_fault = world_ > 1 ? gather_ranks() : std::nullopt;
+  fill_record();
+  localize(rank_fault);
+  judge_.judge(record_);
+  checks_.clear();  // release the step's tensors
+  device_.clear();
+  lent_.clear();
+  std::fill(before_.begin(), before_.end(), torch::Tensor());
+  return std::move(record_);
+}
+
+// The parameters after the step, their update and the optimizer's state: each one's slot, its
+// statistics (queued, or on the device) and its check.
+void Monitor::read_after_step() {
   // Slots and checks in the canonical order (each parameter, then the state
   // tensors, in parameter order), which is the order a fault is localized in;
   // the statistics themselves from the last layer the optimizer updated to the
@@ -447,9 +361,11 @@ StepRecord Monitor::finish_step() {
     check(Stage::kOptimizerStep, params_[i].name, params_[i].tensor, layers_[i].after);
   }
   for (size_t j = 0; j < state_slot.size(); ++j) check(Stage::kOptimizerStep, state[j].name, state[j].tensor, state_slot[j]);
+}
 
-  // The one host copy of the step: the statistics still on the device, then
-  // the bytes of the batch tensors held there, as one byte tensor.
+// The one host copy of the step: the statistics still on the device, then the bytes of the batch
+// tensors held there, as one byte tensor; then the batch's hashes.
+void Monitor::copy_to_host() {
   std::vector<torch::Tensor> parts;
   for (const auto& [slot, stats] : device_) parts.push_back(stats.view(torch::kUInt8));
   for (const Held& h : held_) {
@@ -474,7 +390,11 @@ StepRecord Monitor::finish_step() {
     }
   }
   if (!held_.empty()) hash_held();
-  const std::optional<Fault> rank_fault = world_ > 1 ? gather_ranks() : std::nullopt;
+}
+
+// The step's record from its slots: loss, inputs, outputs, taps, each group's learning rate and
+// state, each parameter's statistics and their totals.
+void Monitor::fill_record() {
   for (LayerSlots& l : layers_) {
     if (l.before < 0) l.before = l.after;  // cut short before the optimizer step: unchanged
   }
@@ -558,8 +478,12 @@ StepRecord Monitor::finish_step() {
   r.param_norm_after = std::sqrt(after_sq);
   r.state_norm = std::sqrt(state_sq);
   r.update_norm = std::sqrt(update_sq);
+}
 
-  // Localize: the first non-finite tensor in stage order. Counts only now.
+// The first non-finite tensor in stage order (its counts read only now), or the ranks' fault.
+void Monitor::localize(const std::optional<Fault>& rank_fault) {
+  StepRecord& r = record_;
+  auto at = [&](int slot) { return slot < 0 ? 0.0 : values_[size_t(slot)]; };
   if (world_ > 1) r.fault = rank_fault;
   for (const Check& c : checks_) {
     if (world_ > 1) break;  // gathered: every rank's tensors
@@ -568,12 +492,6 @@ StepRecord Monitor::finish_step() {
     r.fault = Fault{c.name, c.stage, n.nan, n.pos_inf, n.neg_inf, c.numel};
     break;
   }
-  judge_.judge(r);
-  checks_.clear();  // release the step's tensors
-  device_.clear();
-  lent_.clear();
-  std::fill(before_.begin(), before_.end(), torch::Tensor());
-  return std::move(record_);
 }
 
 void Monitor::abandon_step() {
@@ -617,115 +535,6 @@ void Monitor::lend_before(const std::vector<NamedTensor>& entering) {
     }
     lent_[i] = {c, int64_t(t._version())};
   }
-}
-
-// ---- data-parallel ----
-
-void Monitor::set_ranks(int64_t rank, int64_t world, Gather gather) {
-  if (world < 1 || rank < 0 || rank >= world) {
-    throw std::invalid_argument("Monitor::set_ranks: rank " + std::to_string(rank) + " of a world of " +
-                                std::to_string(world));
-  }
-  rank_ = rank;
-  world_ = world;
-  gather_ = std::move(gather);
-}
-
-namespace {
-
-// Hash bits travel through the gather's doubles unchanged: it moves bytes, no arithmetic.
-double bits_of(uint64_t u) {
-  double d;
-  std::memcpy(&d, &u, sizeof d);
-  return d;
-}
-uint64_t bits_in(double d) {
-  uint64_t u;
-  std::memcpy(&u, &d, sizeof u);
-  return u;
-}
-
-}  // namespace
-
-std::optional<Fault> Monitor::gather_ranks() {
-  // This rank's first non-finite tensor, counted here (only its rank has the tensor).
-  int64_t first = -1;
-  NonFiniteCounts counts;
-  for (size_t k = 0; k < checks_.size(); ++k) {
-    const Check& c = checks_[k];
-    if (std::isfinite(values_[size_t(c.slot)])) continue;
-    first = int64_t(k);
-    counts = c.counts ? *c.counts : count_non_finite(c.tensor);
-    break;
-  }
-  // [n values, n label counts, n checks] [values] [input hash, label hash] [fault] [label counts]
-  const size_t n = values_.size(), classes = record_.label_histogram.size();
-  std::vector<double> mine = {double(n), double(classes), double(checks_.size())};
-  mine.insert(mine.end(), values_.begin(), values_.end());
-  for (const Hash128& h : {local_inputs_, local_labels_}) {
-    mine.push_back(bits_of(h.high));
-    mine.push_back(bits_of(h.low));
-  }
-  mine.insert(mine.end(), {double(first), double(counts.nan), double(counts.pos_inf), double(counts.neg_inf)});
-  for (int64_t c : record_.label_histogram) mine.push_back(double(c));
-  const size_t width = mine.size();
-  const std::vector<double> all = gather_(mine);
-  if (all.size() != width * size_t(world_)) {
-    throw std::runtime_error("data-parallel step " + std::to_string(record_.step) + ": the gather returned " +
-                             std::to_string(all.size()) + " values for " + std::to_string(world_) + " ranks of " +
-                             std::to_string(width) + " (do all ranks run the same model, taps and batch layout?)");
-  }
-  auto row = [&](int64_t r) { return all.data() + size_t(r) * width; };
-  for (int64_t r = 0; r < world_; ++r) {
-    if (!std::equal(row(r), row(r) + 3, mine.data())) {
-      throw std::runtime_error("data-parallel step " + std::to_string(record_.step) + ": rank " + std::to_string(r) +
-                               " measured " + std::to_string(int64_t(row(r)[0])) + " statistics of " +
-                               std::to_string(int64_t(row(r)[2])) + " tensors, rank " + std::to_string(rank_) +
-                               " " + std::to_string(n) + " of " + std::to_string(checks_.size()) +
-                               ": the ranks run different models, taps or micro-batches");
-    }
-  }
-  // Every statistic: its max over the ranks (NaN if any is NaN); the loss: the ranks' mean.
-  // Replicated values (gradients after the all-reduce, parameters, state) are equal on every rank.
-  std::vector<char> is_loss(n, 0);
-  for (int slot : loss_slots_) is_loss[size_t(slot)] = 1;
-  for (size_t i = 0; i < n; ++i) {
-    double acc = is_loss[i] ? 0.0 : -std::numeric_limits<double>::infinity();
-    for (int64_t r = 0; r < world_; ++r) {
-      const double x = row(r)[3 + i];
-      if (is_loss[i]) acc += x;
-      else acc = std::isnan(x) || std::isnan(acc) ? NAN : std::max(acc, x);
-    }
-    values_[i] = is_loss[i] ? acc / double(world_) : acc;
-  }
-  Hasher inputs, labels;
-  for (int64_t r = 0; r < world_; ++r) {
-    const double* h = row(r) + 3 + n;
-    const Hash128 in{bits_in(h[0]), bits_in(h[1])}, lab{bits_in(h[2]), bits_in(h[3])};
-    inputs.update(&in, sizeof in);
-    labels.update(&lab, sizeof lab);
-  }
-  record_.input_hash = inputs.digest();
-  record_.label_hash = labels.digest();
-  chain_ = chain(chain_, record_.input_hash, record_.label_hash);
-  for (size_t c = 0; c < classes; ++c) {
-    int64_t sum = 0;
-    for (int64_t r = 0; r < world_; ++r) sum += int64_t(row(r)[3 + n + 8 + c]);
-    record_.label_histogram[c] = sum;
-  }
-  // The first tensor in stage order that is non-finite on some rank; of those ranks, the lowest.
-  std::optional<Fault> fault;
-  int64_t best = -1, best_rank = -1;
-  for (int64_t r = 0; r < world_; ++r) {
-    const int64_t k = int64_t(row(r)[3 + n + 4]);
-    if (k >= 0 && (best < 0 || k < best)) best = k, best_rank = r;
-  }
-  if (best >= 0) {
-    const double* f = row(best_rank) + 3 + n + 4;
-    const Check& c = checks_[size_t(best)];
-    fault = Fault{c.name, c.stage, int64_t(f[1]), int64_t(f[2]), int64_t(f[3]), c.numel, best_rank};
-  }
-  return fault;
 }
 
 }  // namespace spikehunt

@@ -214,6 +214,11 @@ class Monitor : public TapSink {
     torch::ScalarType label_type;
   };
   std::vector<Held> held_;
+  // finish_step()'s phases, in order (between copy_to_host and fill_record: gather_ranks).
+  void read_after_step();
+  void copy_to_host();
+  void fill_record();
+  void localize(const std::optional<Fault>& rank_fault);
   void hash_held();  // the step's hashes, label counts and chain, from held_ on the host
   // Gathers the step's values from every rank and folds them into values_ and
   // record_ (hashes, chain, label counts); returns the first fault over the ranks.
