@@ -215,7 +215,7 @@ class AlternatingLightning(spikehunt.lightning.Monitor):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self._skip = self._off(batch_idx)
         if self._skip:
-            self.watch._taps.clear()
+            self.watch.take_forward(None)
         else:
             super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
 
@@ -223,8 +223,7 @@ class AlternatingLightning(spikehunt.lightning.Monitor):
         if not self._skip:
             super().on_before_backward(trainer, pl_module, loss)
         else:
-            self.watch._taps.clear()
-            self.watch._outputs = None
+            self.watch.take_forward(None)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         if not self._skip:
@@ -258,8 +257,7 @@ class AlternatingHf(spikehunt.hf.Monitor):
         if not self._skip:
             super()._post(model, args, kwargs, output)
         else:
-            self.watch._taps.clear()
-            self.watch._outputs = None
+            self.watch.take_forward(None)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         if not self._skip:
@@ -359,18 +357,18 @@ def own_time(steps, checkpoints, out):
         for step in range(steps):
             TimedWatch.hooks = 0.0
             loss = F.cross_entropy(model(X), Y)
-            outputs, taps, w._taps, w._outputs = w._outputs, w._taps, [], None
+            outputs, taps = w.take_forward(loss.detach())
             t0 = P()
-            w._replay([(X, Y, outputs, loss, taps)])
+            w.replay([(X, Y, outputs, loss, taps)])
             t1 = P()
             model.zero_grad()
             loss.backward()
             t2 = P()
-            w._after_backward()
+            w.after_backward()
             t3 = P()
             opt.step()
             t4 = P()
-            w._finish()
+            w.finish()
             t5 = P()
             plain_step(other, other_opt)
             t6 = P()

@@ -420,7 +420,7 @@ def _before_step(optimizer, args, kwargs):
         batches.append((inputs.detach(), targets.detach(), outputs.detach(), loss, mine.taps if mine else []))
     if not batches:  # a step without a backward this process saw (gradients set by hand)
         batches = [(empty, empty, torch.zeros(()), torch.zeros(()), [])]
-    w._pending = w._replay(batches) or w._after_backward()
+    w._pending = w.replay(batches) or w.after_backward()
     if s.capture is not None and optimizer is s.primary:
         s.capture.step(optimizer, w._roots, [c for calls, _, _ in micro for c in calls], len(s.order) - 1)
     return None
@@ -444,7 +444,7 @@ def _after_step_hook(optimizer, args, kwargs):
             _close()
             raise SystemExit(0)
         return
-    record, w._pending = w._pending or w._finish(), None
+    record, w._pending = w._pending or w.finish(), None
     if optimizer is s.primary:
         s.done += 1
     if w.ended is not None:
@@ -490,7 +490,7 @@ def _close():
     for optimizer in s.order:
         w = s.watches[id(optimizer)]
         path = w.close()
-        s.folders.append({"optimizer": w._label, "path": path, "text": w._core.text(),
+        s.folders.append({"optimizer": w._label, "path": path, "text": w.text(),
                           "verdict": w.verdict()})
 
 

@@ -26,6 +26,7 @@ NonFiniteError at the first non-finite tensor, naming it and its stage.
 import torch
 from transformers import TrainerCallback
 
+from ._callbacks import WatchedSteps
 from .watch import NonFiniteError, Watch  # noqa: F401
 
 
@@ -39,7 +40,7 @@ def _first_tensor(args, kwargs, names):
     return None
 
 
-class Monitor(TrainerCallback):
+class Monitor(WatchedSteps, TrainerCallback):
     """A TrainerCallback running spikehunt's monitor. out, taps, fail_fast, rules,
     checkpoints and num_classes are spikehunt.Watch's (num_classes: the label
     histogram's width; the vocabulary size for a language model is too wide to be
@@ -47,14 +48,8 @@ class Monitor(TrainerCallback):
 
     def __init__(self, out="results/watch", taps="leaves", fail_fast=False, rules=None, checkpoints=True,
                  num_classes=0, stop=True):
-        self._options = dict(out=out, taps=taps, fail_fast=fail_fast, rules=rules, checkpoints=checkpoints,
-                             num_classes=num_classes)
-        self._stop = stop
-        self.watch = None
-        self.path = None
-        self._accumulate = 1
-        self._pending = None  # with accumulation: the micro-batch under way, and those done
-        self._micro = []
+        WatchedSteps.__init__(self, dict(out=out, taps=taps, fail_fast=fail_fast, rules=rules,
+                                         checkpoints=checkpoints, num_classes=num_classes), stop)
         self._control = None
         self._hooks = []
 
@@ -62,34 +57,26 @@ class Monitor(TrainerCallback):
         if model is None or optimizer is None:
             raise ValueError("spikehunt.hf.Monitor: the Trainer gave the callback no model or optimizer "
                              "at on_train_begin")
-        self.on_train_end(args, state, control)  # a callback used for a second train(): the first watch ends
-        self.path, self._micro, self._pending = None, [], None
-        optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper holds the torch optimizer
-        self._accumulate = int(args.gradient_accumulation_steps)
         self._control = control
-        self.watch = Watch(model, [optimizer], planned_steps=int(state.max_steps or 0), **self._options)
+        optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper holds the torch optimizer
+        self._start(model, [optimizer], state.max_steps or 0, args.gradient_accumulation_steps)
         self._hooks = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
                        model.register_forward_hook(self._post, with_kwargs=True)]
 
     def _watching(self, model):
         return self.watch is not None and model.training and torch.is_grad_enabled()
 
-    # One micro-batch: its step begins with the model's forward (taps go to the monitor as
-    # they come) unless gradients accumulate over several, which are then replayed together.
+    # The model's own forward hooks: its inputs and labels begin a micro-batch, its loss ends it.
     def _pre(self, model, args, kwargs):
         if not self._watching(model):
             return
         inputs = _first_tensor(args, kwargs, ("input_ids", "pixel_values", "inputs_embeds", "input_values"))
         labels = kwargs.get("labels")
-        batch = (inputs if inputs is not None else torch.zeros(0),
-                 labels if isinstance(labels, torch.Tensor) else torch.zeros(0, dtype=torch.long))
-        if self._accumulate == 1 and not self.watch._live:
-            self._ended(self.watch._begin([batch]))
-        else:
-            self._pending = batch
+        self._batch((inputs if inputs is not None else torch.zeros(0),
+                     labels if isinstance(labels, torch.Tensor) else torch.zeros(0, dtype=torch.long)))
 
     def _post(self, model, args, kwargs, output):
-        if not self._watching(model) or not (self.watch._live or self._pending is not None):
+        if not self._watching(model) or not (self.watch.live or self._pending is not None):
             return
         loss = output.get("loss") if hasattr(output, "get") else None
         if not isinstance(loss, torch.Tensor):
@@ -97,42 +84,23 @@ class Monitor(TrainerCallback):
                              f"(pass labels in the batch, so the model computes its loss): the monitor reads "
                              f"the loss the model returns")
         logits = output.get("logits") if hasattr(output, "get") else None
-        outputs = (logits if isinstance(logits, torch.Tensor) else loss).detach()
-        self.watch._outputs = None
-        if self.watch._live:
-            self._ended(self.watch._forward(outputs, loss))
-        else:
-            taps, self.watch._taps = self.watch._taps, []
-            self._micro.append((*self._pending, outputs, loss, taps))
-            self._pending = None
+        self._loss(loss, (logits if isinstance(logits, torch.Tensor) else loss).detach())
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        if self.watch is None:
-            return
-        if self._micro:
-            micro, self._micro = self._micro, []
-            if self._ended(self.watch._replay(micro)):
-                return
-        if self.watch._live:
-            self._ended(self.watch._after_backward())
+        if self.watch is not None:
+            self._before_step()
 
     def on_optimizer_step(self, args, state, control, **kwargs):
-        if self.watch is not None and self.watch._live:
-            self._ended(self.watch._finish())
+        self._after_step()
 
-    def _ended(self, record):
-        """True when the step ended (training stops if the watch ended)."""
-        if record is not None and self.watch.ended is not None and self._stop:
-            self._control.should_training_stop = True
-        return record is not None
+    def _stop_training(self):
+        self._control.should_training_stop = True
 
     def on_train_end(self, args, state, control, **kwargs):
-        if self.watch is not None and not self.watch._closed:
+        if self.watch is not None and not self.watch.closed:
             for h in self._hooks:
                 h.remove()
-            self.path = self.watch.close()
-            if self.watch.rank == 0:  # under data-parallel training, every rank recorded the global steps
-                print(f"spikehunt: {self.watch._core.text().strip()}\nspikehunt: results in {self.path}", flush=True)
+        self._close()
 
 
 # ---- a transformers model and dataset as a scenario: every verb on the Trainer's own step ----

@@ -27,6 +27,7 @@ import torch
 
 from . import ContractError
 from ._frameworks import FrameworkScenario, batches_per_epoch, epochs_of, from_config, register_as
+from ._callbacks import WatchedSteps
 from .watch import NonFiniteError, Watch, split_batch  # noqa: F401
 
 # Lightning comes as two packages with the same code under two names: lightning.pytorch
@@ -47,7 +48,7 @@ LightningDataModule = tuple(p.LightningDataModule for p in _packages)
 move_data_to_device = _packages[0].utilities.move_data_to_device
 
 
-class Monitor(*_callbacks):
+class Monitor(WatchedSteps, *_callbacks):
     """A Lightning Callback running spikehunt's monitor. out, taps, fail_fast, rules,
     checkpoints and num_classes are spikehunt.Watch's; batch: a function from Lightning's
     batch to (inputs, targets) (default: a tuple or list's first two tensors, or a dict's
@@ -56,16 +57,12 @@ class Monitor(*_callbacks):
 
     def __init__(self, out="results/watch", taps="leaves", fail_fast=False, rules=None, checkpoints=True,
                  num_classes=10, batch=None, stop=True):
-        super().__init__()
-        self._options = dict(out=out, taps=taps, fail_fast=fail_fast, rules=rules, checkpoints=checkpoints,
-                             num_classes=num_classes)
+        for base in _callbacks:
+            base.__init__(self)
+        WatchedSteps.__init__(self, dict(out=out, taps=taps, fail_fast=fail_fast, rules=rules,
+                                         checkpoints=checkpoints, num_classes=num_classes), stop)
         self._split = batch or split_batch
-        self._stop = stop
-        self.watch = None
-        self.path = None
-        self._accumulate = 1
-        self._pending = None  # with accumulation: the micro-batch under way, and those done
-        self._micro = []
+        self._trainer = None
         self._stepped = False
         self._backward = False  # this step's backward ran (a training_step that returns None: none)
 
@@ -73,51 +70,27 @@ class Monitor(*_callbacks):
         if len(trainer.optimizers) == 0:
             raise ValueError("spikehunt.lightning.Monitor: the LightningModule's configure_optimizers() gave no "
                              "optimizer: there is no step to watch")
-        self._close()  # a callback used for a second fit: the first one's watch ends, the second gets its own
-        self.path, self._micro, self._pending, self._stepped, self._backward = None, [], None, False, False
+        self._trainer, self._stepped, self._backward = trainer, False, False
         planned = trainer.estimated_stepping_batches
-        self._accumulate = int(trainer.accumulate_grad_batches)
-        self.watch = Watch(pl_module, list(trainer.optimizers),
-                           planned_steps=int(planned) if planned != float("inf") else 0, **self._options)
+        self._start(pl_module, list(trainer.optimizers), int(planned) if planned != float("inf") else 0,
+                    trainer.accumulate_grad_batches)
 
-    # One micro-batch: its step begins at once (taps go to the monitor as the forward makes
-    # them) unless gradients accumulate over several, which are then replayed together.
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if self.watch is None:
-            return
-        inputs = self._split(batch, "spikehunt.lightning.Monitor")
-        if self._accumulate == 1 and not self.watch._live:
-            self._ended(trainer, self.watch._begin([inputs]))
-        else:
-            self._pending = inputs
+        if self.watch is not None:
+            self._batch(self._split(batch, "spikehunt.lightning.Monitor"))
 
     def on_before_backward(self, trainer, pl_module, loss):
-        if self.watch is None:
-            return
-        self._backward = True
-        outputs = self.watch._outputs if self.watch._outputs is not None else loss.detach()
-        self.watch._outputs = None
-        if self.watch._live:
-            self._ended(trainer, self.watch._forward(outputs, loss))
-        elif self._pending is not None:
-            taps, self.watch._taps = self.watch._taps, []
-            self._micro.append((*self._pending, outputs, loss, taps))
-            self._pending = None
+        if self.watch is not None:
+            self._backward = True
+            self._loss(loss)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         if self.watch is None or self._stepped:
             return  # a second optimizer in the same step: its gradients were read with the first's
         self._stepped = True
-        if self._micro:
-            micro, self._micro = self._micro, []
-            if self._ended(trainer, self.watch._replay(micro)):
-                return
-        if self.watch._live and not self._backward:
-            # training_step returned None: Lightning steps the optimizer with no gradients
-            # (no backward ran), which changes nothing: the batch is no step of the trace
-            self.watch._abandon()
-        elif self.watch._live:
-            self._ended(trainer, self.watch._after_backward())
+        # training_step returned None: Lightning steps the optimizer with no gradients (no backward
+        # ran), which changes nothing: the batch is no step of the trace
+        self._before_step(backward=self._backward)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.watch is None:
@@ -127,26 +100,16 @@ class Monitor(*_callbacks):
             return
         self._backward = False
         self._stepped = False
-        if self.watch._live:
-            self._ended(trainer, self.watch._finish())
+        self._after_step()
 
-    def _ended(self, trainer, record):
-        """True when the step ended (the fit stops if the watch ended)."""
-        if record is not None and self.watch.ended is not None and self._stop:
-            trainer.should_stop = True
-        return record is not None
+    def _stop_training(self):
+        self._trainer.should_stop = True
 
     def on_train_end(self, trainer, pl_module):
         self._close()
 
     def on_exception(self, trainer, pl_module, exception):
         self._close()
-
-    def _close(self):
-        if self.watch is not None and not self.watch._closed:
-            self.path = self.watch.close()
-            if self.watch.rank == 0:  # under data-parallel training, every rank recorded the global steps
-                print(f"spikehunt: {self.watch._core.text().strip()}\nspikehunt: results in {self.path}", flush=True)
 
 
 # ---- a LightningModule as a scenario: every verb on the user's unchanged module and data ----

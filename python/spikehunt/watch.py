@@ -92,23 +92,32 @@ class Watch:
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"Watch.step(loss, inputs, targets): loss is a {type(loss).__name__}, not a "
                             f"torch.Tensor: pass the loss tensor your loop computed, before .item()")
-        outputs = self._outputs if self._outputs is not None else loss.detach()
-        taps, self._taps, self._outputs = self._taps, [], None
-        record = self._replay([(inputs, targets, outputs, loss, taps)])
+        outputs, taps = self.take_forward(loss.detach())
+        record = self.replay([(inputs, targets, outputs, loss, taps)])
         del taps  # the activations go as backward frees them, as in a plain loop (not at the step's end)
         if record is None:
             self.model.zero_grad()
             loss.backward()
-            record = self._after_backward()
+            record = self.after_backward()
         if record is None:
             for o in self._optimizers:
                 o.step()
-            record = self._finish()
+            record = self.finish()
         return record
 
-    # The step's stages, for loops that run the step themselves (the callbacks: lightning.py,
-    # hf.py). Each returns the step's record when the step ended there (None while it goes on).
-    def _begin(self, batches):
+    # The step's stages, for loops that run the step themselves, one hook at a time (the
+    # framework callbacks: _callbacks.py; the command hooks: _attach.py). Each returns the
+    # step's record when the step ended there (None while it goes on).
+    @property
+    def live(self):
+        """A step is begun: taps go to the monitor as the forward makes them."""
+        return self._live
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def begin(self, batches):
         """Starts a step over its micro-batches [(inputs, targets)]; until it finishes, taps go
         to the monitor as they come."""
         if self.ended is not None:
@@ -119,28 +128,37 @@ class Watch:
         self._live = True
         return self._ended_at(self._core.begin(list(batches)))
 
-    def _forward(self, outputs, loss):
+    def forward(self, outputs, loss):
         """A micro-batch's outputs and loss, after its taps."""
         return self._ended_at(self._core.forward(outputs, loss))
 
-    def _replay(self, micro):
+    def replay(self, micro):
         """A whole forward after the fact: [(inputs, targets, outputs, loss, taps)] a micro-batch."""
-        record = self._begin([(m[0], m[1]) for m in micro])
+        record = self.begin([(m[0], m[1]) for m in micro])
         for _, _, outputs, loss, taps in micro:
             record = record or self._ended_at(self._core.taps(taps))
-            record = record or self._forward(outputs, loss)
+            record = record or self.forward(outputs, loss)
         return record
 
-    def _abandon(self):
+    def take_forward(self, default):
+        """What the model's forward of a micro-batch left: its output (`default` when the root module
+        gave no tensor) and the taps read outside a live step, taken (the next forward's replace them)."""
+        outputs = self._outputs if self._outputs is not None else default
+        taps, self._taps, self._outputs = self._taps, [], None
+        return outputs, taps
+
+    def abandon(self):
         """The begun step did not happen (the framework skipped its batch): no record, no step."""
         self._core.abandon()
         self._live = False
         self._taps, self._outputs = [], None
 
-    def _after_backward(self):
+    def after_backward(self):
+        """After the step's backward (every micro-batch's): the gradients."""
         return self._ended_at(self._core.after_backward())
 
-    def _finish(self):
+    def finish(self):
+        """After the optimizer's step: the step's record."""
         return self._ended_at(self._core.finish())
 
     def _ended_at(self, record):
@@ -168,6 +186,10 @@ class Watch:
             self.path = self._core.close() or None
             self._closed = True
         return self.path
+
+    def text(self):
+        """The burst's story as `run` prints it (the verdict, onset, data, hash chain)."""
+        return self._core.text().strip()
 
     def verdict(self):
         """The verdict (a dict) once closed."""
