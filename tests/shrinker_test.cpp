@@ -23,7 +23,7 @@ namespace {
 
 using json = nlohmann::json;
 
-TEST(Driver, ShrinksAPlantedPropertyToItsKnownBoundary) {
+TEST(Shrinker, ShrinksAPlantedPropertyToItsKnownBoundary) {
   const SearchSpace s = planted_space();
   const SpacePoint start = non_finite_start(s);
   FunctionEvaluator evaluator(planted);
@@ -48,7 +48,7 @@ TEST(Driver, ShrinksAPlantedPropertyToItsKnownBoundary) {
   EXPECT_EQ(failure_class(r.summary.verdict), "non_finite:forward");
 }
 
-TEST(Driver, SeedsAndSetsAreScannedNotBisected) {
+TEST(Shrinker, SeedsAndSetsAreScannedNotBisected) {
   // Extreme iff lr >= 0.12 and the seed is 2 or 7: not monotone in the seed,
   // so no seed is inferred healthy from another and a binary search would
   // stop at 7.
@@ -71,7 +71,7 @@ TEST(Driver, SeedsAndSetsAreScannedNotBisected) {
   EXPECT_GT(r.implied, 0) << "lower learning rates than a healthy one are not run";
 }
 
-TEST(Driver, AShrinkStaysWithinItsFaultSignature) {
+TEST(Shrinker, AShrinkStaysWithinItsFaultSignature) {
   // The planted pair: non-finite at fc1_act (momentum 0.5 to 0.8) and at
   // fc2_logits (from 0.8). Each shrinks to its own boundary, and its
   // minimal config fails as its start did.
@@ -175,7 +175,7 @@ TEST(SweepFinish, TheMostHarmfulFailureIsShrunkFirstAndTheRestSayWhyNot) {
   }
 }
 
-TEST(Driver, AcceptsOnlyTheSameFailureClass) {
+TEST(Shrinker, AcceptsOnlyTheSameFailureClass) {
   // From a non-finite start, candidates that are merely extreme (0.12 <= lr < 0.3) are refused.
   const SearchSpace s = planted_space();
   const SpacePoint start = non_finite_start(s);
@@ -192,7 +192,7 @@ TEST(Driver, AcceptsOnlyTheSameFailureClass) {
   EXPECT_EQ(s.fields_differing(e.minimal), 1);
 }
 
-TEST(Driver, StageAndTensorDistinguishFailures) {
+TEST(Shrinker, StageAndTensorDistinguishFailures) {
   Verdict a = verdict_of(Outcome::kNonFinite, Stage::kForward, "fc1_act").verdict;
   Verdict b = verdict_of(Outcome::kNonFinite, Stage::kBackward, "fc1.weight.grad").verdict;
   EXPECT_EQ(failure_class(a), "non_finite:forward");
@@ -206,7 +206,7 @@ TEST(Driver, StageAndTensorDistinguishFailures) {
   EXPECT_EQ(fault_signature(e), "extreme:param_jump_limit");
 }
 
-TEST(Driver, BudgetStopsTheShrinkAndSaysSo) {
+TEST(Shrinker, BudgetStopsTheShrinkAndSaysSo) {
   const SearchSpace s = planted_space();
   const SpacePoint start = non_finite_start(s);
   FunctionEvaluator evaluator(planted);
@@ -240,7 +240,7 @@ class WindowedEvaluator : public FunctionEvaluator {
   int64_t rounds_ = 0;
 };
 
-TEST(Driver, ResultDoesNotDependOnTheJobCount) {
+TEST(Shrinker, ResultDoesNotDependOnTheJobCount) {
   const SearchSpace s = planted_space();
   const SpacePoint start = non_finite_start(s);
   // With a tight budget too: the bursts run ahead on idle slots count only
@@ -312,7 +312,7 @@ TEST(SweepFinish, ShrinksDoNotDependOnTheJobCountAndRunAtOnceOnTheSlots) {
 // Shrinks run ahead at once (shrink_ahead, three slots) leave the shrinks in
 // order nothing to train, and change none of their results, the bursts they
 // count or where a tight budget stops them.
-TEST(Driver, ShrinksRunAheadAtOnceChangeNothingTheShrinksInOrderFind) {
+TEST(Shrinker, ShrinksRunAheadAtOnceChangeNothingTheShrinksInOrderFind) {
   const SearchSpace s = planted_space();
   const SpacePoint a = non_finite_start(s);
   const SpacePoint b = other_non_finite_start(s, a);
@@ -358,7 +358,7 @@ TEST(Driver, ShrinksRunAheadAtOnceChangeNothingTheShrinksInOrderFind) {
 
 // An evaluator that fails part way fails shrink_ahead with its message, and
 // nothing is left waiting.
-TEST(Driver, ShrinksRunAheadStopWithTheEvaluatorsError) {
+TEST(Shrinker, ShrinksRunAheadStopWithTheEvaluatorsError) {
   const SearchSpace s = planted_space();
   const SpacePoint a = non_finite_start(s);
   const SpacePoint b = other_non_finite_start(s, a);
@@ -379,7 +379,7 @@ TEST(Driver, ShrinksRunAheadStopWithTheEvaluatorsError) {
 // The passes end equal or simpler than the shrinker they replaced (the greedy
 // walk of RapidCheck's shrink tree, sweep --shrinker tree), in at most half
 // its bursts.
-TEST(Driver, PassesEndEqualOrSimplerThanTheTreeInHalfTheBursts) {
+TEST(Shrinker, PassesEndEqualOrSimplerThanTheTreeInHalfTheBursts) {
   const SearchSpace s = planted_space();
   int64_t passes_bursts = 0, tree_bursts = 0;
   for (uint64_t k = 0; k < 4; ++k) {
@@ -442,7 +442,7 @@ TEST(SweepFinish, TheTreeShrinkerIsThePathBeforeToCompareWith) {
   }
 }
 
-TEST(Driver, TheMemoAnswersRepeatedConfigs) {
+TEST(Shrinker, TheMemoAnswersRepeatedConfigs) {
   const SearchSpace s = planted_space();
   const SpacePoint start = non_finite_start(s);
   FunctionEvaluator evaluator(planted);
