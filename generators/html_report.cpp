@@ -414,8 +414,8 @@ ReportFacts write_sweep_report(const std::string& dir, const std::string& out_pa
     map["labels"] = {rates.map_x, "healthy", "extreme", "non-finite", "crashed / timeout"};
     map["xlabel"] = rates.map_x;
     map["ylabel"] = rates.map_y;
-    map["xlog"] = space.dimensions()[xi].kind == "log_range";
-    map["ylog"] = space.dimensions()[yi].kind == "log_range";
+    map["xlog"] = space.dimensions()[xi].log_scale();
+    map["ylog"] = space.dimensions()[yi].log_scale();
     map["yrange"] = {ylo - pad, yhi + pad};
   }
 

@@ -32,11 +32,11 @@ Factor factor_of(const Dimension& d, const json* v) {
     f.order = -1e300;
     return f;
   }
-  if (d.kind == "permutations") {
+  if (d.permutations()) {
     for (const json& x : *v) f.bucket += (f.bucket.empty() ? "" : ">") + std::string(1, char('A' + x.get<int64_t>()));
     return f;
   }
-  if (d.kind == "set" || !v->is_number()) {
+  if (d.kind == DimensionKind::kSet || !v->is_number()) {
     f.bucket = value_text(*v);
     const auto at = std::find(d.values.begin(), d.values.end(), *v);
     f.order = double(at - d.values.begin());
@@ -45,7 +45,7 @@ Factor factor_of(const Dimension& d, const json* v) {
   }
   const double x = v->get<double>();
   f.value = x;
-  if (d.kind == "log_range" && x > 0) {
+  if (d.log_scale() && x > 0) {
     const int decade = static_cast<int>(std::floor(std::log10(x) + 1e-9));
     f.bucket = "[" + significant(std::pow(10.0, decade), 3) + ", " + significant(std::pow(10.0, decade + 1), 3) + ")";
     f.order = decade;

@@ -30,7 +30,7 @@ class Shrinker {
   // batches, epochs): log ranges and ranges but seeds. Sets, task orders and
   // seeds are not ordered that way.
   static bool ordered(const Dimension& d) {
-    return (d.kind == "log_range" || d.kind == "range") && d.field != "seed";
+    return d.numeric_range() && d.field != "seed";
   }
   bool is_ordered(size_t digit) const { return ordered_[digit]; }
 

@@ -11,6 +11,21 @@
 
 namespace spikehunt {
 
+namespace {
+constexpr DimensionKind kDimensionKinds[] = {DimensionKind::kLogRange, DimensionKind::kRange, DimensionKind::kSet,
+                                             DimensionKind::kPermutations};
+}  // namespace
+
+const char* to_string(DimensionKind k) {
+  switch (k) {
+    case DimensionKind::kLogRange: return "log_range";
+    case DimensionKind::kRange: return "range";
+    case DimensionKind::kSet: return "set";
+    case DimensionKind::kPermutations: return "permutations";
+  }
+  return "?";
+}
+
 using json = nlohmann::json;
 
 // ---- helpers ----
@@ -107,7 +122,7 @@ class SpaceParser {
     }
     if (!spec.is_object()) return fail(show(spec), "must be an object such as {\"range\": [0, 1]}");
     int kinds = 0;
-    for (const char* k : {"log_range", "range", "set", "permutations"}) kinds += spec.contains(k);
+    for (DimensionKind k : kDimensionKinds) kinds += spec.contains(to_string(k));
     if (kinds != 1) {
       return fail(show(spec), "needs exactly one of log_range, range, set, permutations");
     }
@@ -144,7 +159,7 @@ class SpaceParser {
   }
 
   bool permutations(const json& spec, Dimension* d) {
-    d->kind = "permutations";
+    d->kind = DimensionKind::kPermutations;
     if (spec["permutations"] != true) return fail(show(spec["permutations"]), "must be true");
     if (d->field != "protocol.task_order") return fail("", "permutations apply to protocol.task_order only");
     if (spec.contains("simplest") || spec.contains("step")) return fail("", "takes no simplest or step: the identity order is simplest");
@@ -153,7 +168,7 @@ class SpaceParser {
   }
 
   bool set(const json& spec, Dimension* d) {
-    d->kind = "set";
+    d->kind = DimensionKind::kSet;
     const json& values = spec["set"];
     if (!values.is_array() || values.empty()) return fail(show(values), "must be a non-empty list", "list the values to try");
     if (spec.contains("step")) return fail("", "step applies to ranges only");
@@ -175,8 +190,8 @@ class SpaceParser {
   }
 
   bool ranged(const json& spec, Dimension* d, bool log_scale) {
-    d->kind = log_scale ? "log_range" : "range";
-    const json& r = spec[d->kind];
+    d->kind = log_scale ? DimensionKind::kLogRange : DimensionKind::kRange;
+    const json& r = spec[to_string(d->kind)];
     if (!r.is_array() || r.size() != 2 || !r[0].is_number() || !r[1].is_number()) {
       return fail(show(r), "must be [min, max] numbers");
     }
@@ -277,7 +292,7 @@ SearchSpace SearchSpace::from_json(const json& j, const std::string& file) {
     for (size_t i = 0; ok && i < 2; ++i) {
       const auto d = std::find_if(space.dims_.begin(), space.dims_.end(),
                                   [&](const Dimension& x) { return x.field == m[i].get<std::string>(); });
-      ok = d != space.dims_.end() && (d->kind == "log_range" || d->kind == "range") && d->values.front().is_number();
+      ok = d != space.dims_.end() && d->numeric_range() && d->values.front().is_number();
     }
     if (ok) space.map_ = {m[0].get<std::string>(), m[1].get<std::string>()};
     else problems.push_back({"map", show(m), "must name two different numeric dimensions (range or log_range)",
@@ -290,11 +305,11 @@ SearchSpace SearchSpace::from_json(const json& j, const std::string& file) {
 std::vector<std::string> SearchSpace::map_axes() const {
   if (!map_.empty()) return map_;
   auto numeric = [](const Dimension& d) {
-    return (d.kind == "log_range" || d.kind == "range") && !d.values.empty() && d.values.front().is_number();
+    return d.numeric_range() && !d.values.empty() && d.values.front().is_number();
   };
   const Dimension* x = nullptr;
   for (const Dimension& d : dims_) {
-    if (numeric(d) && d.kind == "log_range") {
+    if (numeric(d) && d.log_scale()) {
       x = &d;
       break;
     }
@@ -372,7 +387,7 @@ json SearchSpace::config_json(const SpacePoint& p) const {
   json j = base_;
   size_t at = 0;
   for (const Dimension& d : dims_) {
-    if (d.kind == "permutations") {
+    if (d.permutations()) {
       const std::vector<int64_t> code(p.begin() + at, p.begin() + at + d.arity());
       make_path(j, d.field) = permutation_from_code(code, d.domains);
     } else {
@@ -412,7 +427,7 @@ SpacePoint SearchSpace::point_of(const TrainingConfig& c) const {
       p.insert(p.end(), size_t(d.arity()), 0);
       continue;
     }
-    if (d.kind == "permutations") {
+    if (d.permutations()) {
       std::vector<int64_t> code = code_from_permutation(v->get<std::vector<int64_t>>());
       code.resize(size_t(d.arity()), 0);
       p.insert(p.end(), code.begin(), code.end());
@@ -440,7 +455,7 @@ SearchSpace SearchSpace::around(const TrainingConfig& c) const {
   s.base_ = config_to_json(c);
   for (Dimension& d : s.dims_) {
     const json* v = find_path(s.base_, d.field);
-    if (d.kind == "permutations") {
+    if (d.permutations()) {
       d.domains = int64_t(s.base_["protocol"]["domains"].size());
       continue;
     }
@@ -449,7 +464,7 @@ SearchSpace SearchSpace::around(const TrainingConfig& c) const {
     if (v->is_number() && d.values.front().is_number()) {
       const json simplest = d.values.front();
       d.values.push_back(*v);
-      order_by_distance(d.values, simplest, d.kind == "log_range" && v->get<double>() > 0);
+      order_by_distance(d.values, simplest, d.log_scale() && v->get<double>() > 0);
     } else {
       d.values.push_back(*v);
     }

@@ -34,14 +34,22 @@
 
 namespace spikehunt {
 
+// How a dimension lists its values (above); each kind's name is its key in a space file.
+enum class DimensionKind { kLogRange, kRange, kSet, kPermutations };
+const char* to_string(DimensionKind k);  // "log_range", "range", "set", "permutations"
+
 struct Dimension {
   std::string field;                // dotted config path, e.g. "optimizer.lr"
-  std::string kind;                 // "log_range" | "range" | "set" | "permutations"
+  DimensionKind kind = DimensionKind::kSet;
   std::vector<nlohmann::json> values;  // by distance from the simplest (values[0]); empty for permutations
   int64_t domains = 0;              // permutations: how many domains are ordered
-  int64_t arity() const { return kind == "permutations" ? std::max<int64_t>(domains - 1, 0) : 1; }
+  bool permutations() const { return kind == DimensionKind::kPermutations; }
+  bool log_scale() const { return kind == DimensionKind::kLogRange; }
+  // A range of numbers (log_range or range): its values are ordered along the number line.
+  bool numeric_range() const { return kind == DimensionKind::kLogRange || kind == DimensionKind::kRange; }
+  int64_t arity() const { return permutations() ? std::max<int64_t>(domains - 1, 0) : 1; }
   // Exclusive upper bound of digit d (0 ≤ d < arity()).
-  int64_t digit_limit(int64_t d) const { return kind == "permutations" ? domains - d : int64_t(values.size()); }
+  int64_t digit_limit(int64_t d) const { return permutations() ? domains - d : int64_t(values.size()); }
 };
 
 // One point: every dimension's digits, concatenated in dimension order.
