@@ -317,29 +317,15 @@ DoctorReport tiny(const std::string& kind, int64_t outputs = 4) {
 
 // docs/doctor.md's table of signs is the registry's: every sign, once, with the ranks it can fail at.
 TEST(DoctorRegistry, TheDocsTableListsEverySignWithItsRanks) {
-  std::ifstream in(testing::source_path("docs/doctor.md"));
-  ASSERT_TRUE(in) << "docs/doctor.md";
   std::map<std::string, std::string> table, parts;  // sign -> its rank column, its part column
-  std::string line;
-  bool inside = false;
-  while (std::getline(in, line)) {
-    if (line.rfind("| sign | part | fails when | rank |", 0) == 0) inside = true;
-    else if (inside && line.rfind("| `", 0) != 0 && line.rfind("| ---", 0) != 0) break;
-    else if (inside && line.rfind("| `", 0) == 0) {
-      const size_t end = line.find('`', 3);
-      const std::string name = line.substr(3, end - 3);
-      EXPECT_EQ(table.count(name), 0u) << name << " is in the table twice";
-      const size_t part_from = line.find('|', end) + 1, part_to = line.find('|', part_from);
-      std::string part = line.substr(part_from, part_to - part_from);
-      part.erase(0, part.find_first_not_of(' '));
-      part.erase(part.find_last_not_of(' ') + 1);
-      parts[name] = part == "-" ? "" : part;
-      const size_t bar = line.rfind('|', line.size() - 2);
-      std::string ranks = line.substr(bar + 1, line.size() - bar - 2);
-      ranks.erase(0, ranks.find_first_not_of(' '));
-      ranks.erase(ranks.find_last_not_of(' ') + 1);
-      table[name] = ranks;
-    }
+  const auto rows = testing::markdown_table("docs/doctor.md", "| sign | part | fails when | rank |");
+  ASSERT_FALSE(rows.empty()) << "docs/doctor.md has no table of signs";
+  for (const std::vector<std::string>& row : rows) {
+    ASSERT_GE(row.size(), 4u);
+    const std::string name = row[0].substr(1, row[0].find('`', 1) - 1);
+    EXPECT_EQ(table.count(name), 0u) << name << " is in the table twice";
+    parts[name] = row[1] == "-" ? "" : row[1];
+    table[name] = row.back();
   }
   const std::vector<SignInfo> all = doctor_signs();
   EXPECT_EQ(table.size(), all.size());

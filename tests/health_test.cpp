@@ -777,25 +777,16 @@ namespace {
 
 // docs/health.md's table of rules is the registry's: every rule once, a single limit's default as the code's.
 TEST(HealthRegistry, TheDocsTableListsEveryRuleWithItsDefault) {
-  std::ifstream in(testing::source_path("docs/health.md"));
-  ASSERT_TRUE(in) << "docs/health.md";
-  std::map<std::string, std::string> defaults;  // rule -> its row's default column
-  std::string line;
-  bool inside = false;
-  while (std::getline(in, line)) {
-    if (line.rfind("| rule | default | fires when |", 0) == 0) inside = true;
-    else if (inside && line.rfind("| `", 0) != 0 && line.rfind("| ---", 0) != 0) break;
-    else if (inside && line.rfind("| `", 0) == 0) {
-      const size_t bar = line.find('|', 1), next = line.find('|', bar + 1);
-      std::string value = line.substr(bar + 1, next - bar - 1);
-      value.erase(0, value.find_first_not_of(' '));
-      value.erase(value.find_last_not_of(' ') + 1);
-      const std::string names = line.substr(1, bar - 1);
-      for (size_t at = names.find('`'); at != std::string::npos; at = names.find('`', names.find('`', at + 1) + 1)) {
-        const std::string name = names.substr(at + 1, names.find('`', at + 1) - at - 1);
-        EXPECT_EQ(defaults.count(name), 0u) << name << " is in the table twice";
-        defaults[name] = names.find(',') == std::string::npos ? value : "";
-      }
+  std::map<std::string, std::string> defaults;  // rule -> its row's default column ("" for a row of several)
+  const auto rows = testing::markdown_table("docs/health.md", "| rule | default | fires when |");
+  ASSERT_FALSE(rows.empty()) << "docs/health.md has no table of rules";
+  for (const std::vector<std::string>& row : rows) {
+    ASSERT_GE(row.size(), 3u);
+    const std::string& names = row[0];
+    for (size_t at = names.find('`'); at != std::string::npos; at = names.find('`', names.find('`', at + 1) + 1)) {
+      const std::string name = names.substr(at + 1, names.find('`', at + 1) - at - 1);
+      EXPECT_EQ(defaults.count(name), 0u) << name << " is in the table twice";
+      defaults[name] = names.find(',') == std::string::npos ? row[1] : "";
     }
   }
   const HealthRules fresh;

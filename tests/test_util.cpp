@@ -130,6 +130,39 @@ std::string source_path(const std::string& relative) {
   return std::string(SPIKEHUNT_SOURCE_DIR) + "/" + relative;
 }
 
+std::vector<std::vector<std::string>> markdown_table(const std::string& relative, const std::string& header) {
+  std::ifstream in(source_path(relative));
+  std::vector<std::vector<std::string>> rows;
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    if (!inside) {
+      inside = line.rfind(header, 0) == 0;
+      continue;
+    }
+    if (line.rfind("| ---", 0) == 0) continue;
+    if (line.rfind("|", 0) != 0) break;
+    std::vector<std::string> cells;
+    // Cells split at the bars outside `code` (a cell may hold "\|" or a bar inside backquotes).
+    std::string cell;
+    bool code = false;
+    for (size_t k = 1; k < line.size(); ++k) {
+      const char c = line[k];
+      if (c == '`') code = !code;
+      if (c == '|' && !code && line[k - 1] != '\\') {
+        cell.erase(0, cell.find_first_not_of(' '));
+        cell.erase(cell.find_last_not_of(' ') + 1);
+        cells.push_back(cell);
+        cell.clear();
+      } else {
+        cell += c;
+      }
+    }
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

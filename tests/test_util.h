@@ -54,6 +54,9 @@ CommandResult run_spikehunt(const std::string& args);
 CommandResult run_program(const std::string& program, const std::string& args);  // another program (a user's)
 
 std::string source_path(const std::string& relative);  // path inside the repository
+// The rows of the markdown table in the repository's file `relative` whose header line starts with
+// `header`: each row's cells, trimmed (the header and the --- line left out). Empty when there is none.
+std::vector<std::vector<std::string>> markdown_table(const std::string& relative, const std::string& header);
 
 // Starts argv[0] with `argv` in the background (posix_spawn), its stdout into `stdout_path` ("/dev/null"
 // to drop it); `own_group`: in a process group of its own, as a shell job is (kill(-pid, ...) reaches its
