@@ -88,7 +88,9 @@ BurstFeatures run_tiny_burst(const TrainingConfig& config, bool monitor) {
     const int tensor = static_cast<int>(std::hash<std::string>{}(r.verdict.fault->tensor) % 16);
     f.features.push_back(520 + static_cast<int>(r.verdict.fault->stage) * 16 + tensor);
   }
-  for (int rule : rules) f.features.push_back(800 + rule);  // a feature per rule fired
+  for (int rule : rules) {  // a feature per rule fired, by its row of the registry
+    if (704 + rule < kFeatures) f.features.push_back(704 + rule);
+  }
   if (auto lead = r.verdict.lead_time()) f.features.push_back(600 + static_cast<int>(std::min<int64_t>(*lead, 63)));
   if (r.verdict.outcome == Outcome::kCrashed) f.features.push_back(700);
   return f;
